@@ -1,0 +1,107 @@
+"""Every layout rule, each with the message that names the flags and numbers."""
+
+import pytest
+
+from mocked_model.presets import get_preset
+from utils.config import JobConfig, ModelConfig, TrainingConfig
+from utils.errors import ConfigError
+from utils.parallel import ParallelConfig
+
+
+def test_derived_sizes():
+    # 64 GPUs, tp 4, pp 2 -> dp 8; global 128 / (micro 2 * dp 8) = 8 micro-batches
+    p = ParallelConfig(world_size=64, tp=4, pp=2, micro_batch=2, global_batch=128)
+    assert (p.dp, p.ga) == (8, 8)
+    # no global batch: one micro-batch per replica
+    assert ParallelConfig(world_size=8, tp=2).global_batch == 4
+    # MoE: ep 4 of dp 8 leaves expert-data-parallel 2 (tp*cp*dp / (etp*ep) = 4*8/(4*4))
+    p = ParallelConfig(world_size=64, tp=4, pp=2, ep=4, global_batch=8)
+    assert p.expert_dp == 2
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(world_size=12, tp=8),
+     "--world_size 12 is not divisible by --tensor_model_parallel_size 8 x --pipeline_model_parallel 1 x "
+     "--context-parallel-size 1 = 8"),
+    (dict(world_size=16, tp=2, pp=2, cp=2, ep=3),
+     r"--expert_model_parallel_size 3 does not divide the data-parallel size 2"),
+    (dict(world_size=16, tp=2, global_batch=12, micro_batch=2),
+     r"--global_batch 12 is not divisible by --micro_batch 2 x data-parallel size 8 = 16"),
+    (dict(world_size=8, pp=2, pp_rank=2), r"--pp_rank 2 is outside 0..1"),
+    (dict(world_size=8, tp=0), "--tensor_model_parallel_size must be a positive integer, got 0"),
+    (dict(world_size=8, micro_batch=-1), "--micro_batch must be a positive integer"),
+    (dict(world_size=8, vpp_layers=2), r"--num_layers_per_virtual_pipeline_stage needs pipeline parallelism"),
+    (dict(world_size=8, pp=4, vpp_layers=2, global_batch=6),
+     r"needs the number of micro-batches 3 .* multiple of --pipeline_model_parallel 4"),
+    (dict(world_size=24, tp=4, ep=2, etp=8, global_batch=6),
+     r"--expert_tensor_parallel_size 8 x --expert_model_parallel_size 2 = 16 does not divide the 24 ranks"),
+])
+def test_layout_rules(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        ParallelConfig(**kwargs)
+
+
+def test_sequence_parallel_without_tp_is_off():
+    # Megatron turns sequence parallelism off when tp == 1
+    assert ParallelConfig(world_size=4, sequence_parallel=True).sequence_parallel is False
+    assert ParallelConfig(world_size=4, tp=2, sequence_parallel=True).sequence_parallel is True
+
+
+def _job(model, seq=2048, dtype="bfloat16", **layout):
+    layout.setdefault("world_size", 8)
+    return JobConfig(model=model, parallel=ParallelConfig(**layout), training=TrainingConfig(seq_length=seq, dtype=dtype))
+
+
+DENSE = ModelConfig(hidden_size=1024, num_layers=24, num_attention_heads=16)
+MOE = ModelConfig(hidden_size=1024, num_layers=4, num_attention_heads=16, num_experts=8, moe_router_topk=2)
+
+
+@pytest.mark.parametrize("model, layout, message", [
+    (ModelConfig(hidden_size=960, num_attention_heads=12), dict(tp=8),
+     "--num_attention_heads 12 is not divisible by --tensor_model_parallel_size 8"),
+    (ModelConfig(num_attention_heads=16, num_query_groups=2), dict(tp=4),
+     "--num_query_groups 2 is not divisible by --tensor_model_parallel_size 4"),
+    (ModelConfig(num_attention_heads=16, num_query_groups=3), dict(),
+     "--num_attention_heads 16 is not divisible by --num_query_groups 3"),
+    (ModelConfig(hidden_size=1000, num_attention_heads=16), dict(),
+     "--hidden_size 1000 is not divisible by --num_attention_heads 16"),
+    (ModelConfig(ffn_hidden_size=1001), dict(tp=2), "--ffn_hidden_size 1001 is not divisible by"),
+    (ModelConfig(num_layers=10), dict(pp=4, global_batch=4),
+     "--num_layers 10 is not divisible by --pipeline_model_parallel 4"),
+    (DENSE, dict(pp=2, vpp_layers=5, global_batch=8),
+     "pipeline stage 0 has 12 layers .* not divisible by --num_layers_per_virtual_pipeline_stage 5"),
+    (DENSE, dict(ep=2), "--expert_model_parallel_size 2 needs an MoE model"),
+    (MOE, dict(ep=16, world_size=16), "--num_experts 8 is not divisible by --expert_model_parallel_size 16"),
+    (MOE, dict(tp=2), "MoE with --tensor_model_parallel_size 2 needs --enable_sequence_parallel"),
+    (ModelConfig(num_experts=4, moe_router_topk=6, num_layers=4), dict(), "--moe_router_topk 6 exceeds --num_experts 4"),
+])
+def test_model_rules(model, layout, message):
+    with pytest.raises(ConfigError, match=message):
+        _job(model, **layout)
+
+
+def test_sequence_rules():
+    with pytest.raises(ConfigError, match="--seq_length 1001 is not divisible by --tensor_model_parallel_size 2"):
+        _job(DENSE, seq=1001, tp=2, sequence_parallel=True)
+    with pytest.raises(ConfigError, match="--seq_length 2050 is not divisible by 2 x --context-parallel-size 2"):
+        _job(DENSE, seq=2050, cp=2)
+    with pytest.raises(ConfigError, match="not supported with --dtype float16"):
+        _job(MOE, dtype="float16", ep=2)
+
+
+def test_uneven_pipeline_stages():
+    # Llama 3 405B: 126 layers on 16 stages = 7 + 14 x 8 + 7
+    model = get_preset("llama3_405B")
+    job = _job(model, world_size=128, tp=8, pp=16, first_stage_layers=7, last_stage_layers=7, global_batch=16)
+    assert job.stage_layers == [7] + [8] * 14 + [7]
+    with pytest.raises(ConfigError, match="--num_layers 126 is not divisible by --pipeline_model_parallel 16"):
+        _job(model, world_size=128, tp=8, pp=16, global_batch=16)
+    with pytest.raises(ConfigError, match="leaves 118 layers, which do not split evenly over the other 15"):
+        _job(model, world_size=128, tp=8, pp=16, first_stage_layers=8, global_batch=16)
+
+
+def test_padded_vocab():
+    # GPT-2 vocabulary 50257 padded to a multiple of 128 * tp 8 = 1024 -> 51200
+    job = _job(get_preset("gpt_13B"), world_size=8, tp=8)
+    assert job.padded_vocab_size == 51200
+    assert _job(get_preset("gpt_13B"), world_size=8).padded_vocab_size == 50304  # multiple of 128

@@ -1,0 +1,1 @@
+"""Shared foundations: units and bandwidth, parallel layout, rank groups, errors, CLI flags."""

@@ -1,0 +1,352 @@
+"""Command-line flags shared by ``aicb.py`` and the AICB-named generator modules.
+
+Flags keep AICB's names and defaults (``utils/utils.py:get_params`` in AICB); every long flag is
+also accepted with dashes and underscores swapped (``--use-distributed-optimizer`` and
+``--use_distributed_optimizer``), as Megatron users type both.  Values come from three layers, the
+later winning: AICB's defaults, the model preset (``--model_name`` / ``-m``), and the flags the user
+gave.  A preset never overrides a flag the user gave (AICB's scripts do: a bug).
+
+Bad flags and impossible combinations end with one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, NoReturn
+
+from mocked_model.presets import get_preset, resolve_model_size
+from utils.config import FRAMES, NORMALIZATIONS, POSITION_EMBEDDINGS, JobConfig, ModelConfig, TrainingConfig
+from utils.errors import ConfigError, UserError
+from utils.parallel import ParallelConfig
+from utils.units import parse_size
+
+
+class CliParser(argparse.ArgumentParser):
+    """argparse with one-line errors (no usage dump) and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _int(text: str) -> int:
+    """Integers, also written as ``5e8`` or ``1_000`` (AICB's bucket sizes are often given so)."""
+    try:
+        value = float(text.replace("_", "")) if any(c in text for c in ".eE") else int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid integer: {text!r}") from None
+    if value != int(value):
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}")
+    return int(value)
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+_bool = argparse.BooleanOptionalAction
+
+
+@dataclass(frozen=True)
+class Flag:
+    names: tuple[str, ...]
+    dest: str
+    default: Any
+    help: str
+    type: Callable[[str], Any] | None = None
+    action: Any = None
+    choices: Sequence[Any] | None = None
+
+
+def _f(names: str | tuple[str, ...], default: Any, help: str, type: Callable | None = _int, **kw: Any) -> Flag:
+    names = (names,) if isinstance(names, str) else names
+    dest = names[0].lstrip("-").replace("-", "_")
+    return Flag(names, kw.pop("dest", dest), default, help, type if kw.get("action") is None else None, **kw)
+
+
+def _switch(names: str | tuple[str, ...], help: str, default: bool = False, negatable: bool = False) -> Flag:
+    names = (names,) if isinstance(names, str) else names
+    dest = names[0].lstrip("-").replace("-", "_")
+    return Flag(names, dest, default, help, None, _bool if negatable else "store_true")
+
+
+# ---- the flags ------------------------------------------------------------------------------
+GENERAL = [
+    _f("--frame", "Megatron", "training framework to mock", type=str, choices=FRAMES),
+    _f("--gpu_type", None, "GPU type (names the output files; selects the analytical compute model)", type=str),
+    _f("--world_size", 1, "number of GPUs"),
+    _f("--tensor_model_parallel_size", 1, "tensor-parallel size (tp)"),
+    _f(("--pipeline_model_parallel", "--pipeline_model_parallel_size"), 1, "pipeline-parallel size (pp)"),
+    _f(("--context-parallel-size", "--context_parallel_size"), 1, "context-parallel size (cp)",
+       dest="context_parallel_size"),
+    _f("--pp_rank", 0, "pipeline stage whose workload is generated (AICB's -1 means 0)"),
+    _f("--global_batch", 4, "global batch size (sequences per iteration)"),
+    _f("--micro_batch", 1, "micro-batch size per model replica"),
+    _f("--epoch_num", 1, "iterations to generate or replay"),
+    _switch("--computation_enable", "add computation items (implied by --aiob_enable)"),
+    _f("--dtype", "bfloat16", "training dtype (bfloat16, float16, float32)", type=str),
+    _switch("--enable_visual", "write plots of the replay results"),
+    _switch("--workload_only", "generate the workload and stop (no replay)"),
+    _f(("--output", "-o"), None, "write the workload to this path instead of AICB's default location", type=str),
+    _f("--output_dir", None, "directory for results (default: results/)", type=str),
+]
+MODEL = [
+    _f(("--model_name",), None, "model preset (e.g. gpt_13B, llama3_405B, Mixtral_8x7B, deepseek671)", type=str),
+    _f(("-m", "--model_size"), None, "AICB model size (7, 13, 22, 175, 405, 65, moe, deepseek16, ...)", type=str),
+    _f("--hidden_size", 1024, "transformer hidden size"),
+    _f("--num_layers", 24, "transformer layers"),
+    _f("--seq_length", 2048, "sequence length"),
+    _f("--num_attention_heads", 16, "attention heads (AICB's default copies --num_layers; ours is hidden/64)"),
+    _f(("--num_query_groups", "--num_key_value_heads"), None, "key/value head groups (grouped-query attention)"),
+    _f("--kv_channels", None, "size of one attention head (default hidden/heads)"),
+    _f("--ffn_hidden_size", None, "MLP hidden size (default 4*hidden, or Megatron's SwiGLU rule)"),
+    _f("--vocab_size", 32000, "vocabulary size before padding"),
+    _f("--max_position_embeddings", 4096, "maximum positions (learned position embeddings)"),
+    _switch("--add_bias_linear", "biases in the linear layers", negatable=True),
+    _switch("--use_flash_attn", "use flash attention (AIOB timing)"),
+    _switch("--swiglu", "SwiGLU MLP (fc1 doubled)", negatable=True),
+    _f("--normalization", None, "LayerNorm or RMSNorm", type=str, choices=NORMALIZATIONS),
+    _f("--position_embedding_type", None, "learned_absolute, rope or none", type=str, choices=POSITION_EMBEDDINGS),
+    _switch("--untie_embeddings_and_output_weights", "separate output-layer weights", negatable=True),
+    _f("--make_vocab_size_divisible_by", 128, "pad the vocabulary to a multiple of this times tp"),
+]
+MEGATRON = [
+    _switch("--enable_sequence_parallel", "Megatron sequence parallelism"),
+    _switch(("--use-distributed-optimizer",), "Megatron's distributed optimizer (ZeRO-1 style)"),
+    _switch("--overlap_grad_reduce", "overlap the DP gradient reduction with backward"),
+    _f("--num_layers_per_virtual_pipeline_stage", None, "layers per virtual stage (interleaved 1F1B)"),
+    _f("--decoder_first_pipeline_num_layers", None, "layers of the first pipeline stage (uneven split)"),
+    _f("--decoder_last_pipeline_num_layers", None, "layers of the last pipeline stage (uneven split)"),
+    _f("--ddp_bucket_size", None, "DP gradient bucket size in elements (default Megatron's: max(40M, 1M*dp))"),
+    _switch("--recompute_activations", "selective activation recomputation"),
+    _f("--recompute_granularity", None, "full or selective activation recomputation", type=str,
+       choices=("full", "selective")),
+]
+DEEPSPEED = [
+    _f("--stage", 3, "ZeRO stage", choices=(1, 2, 3)),
+    _switch("--amp_enabled", "AMP (skips the initial parameter broadcast)"),
+    _f("--reduce_bucket_size", int(5e8), "gradient reduction bucket, elements"),
+    _f("--allgather_bucket_size", int(5e8), "parameter all-gather bucket (stage 1/2), elements"),
+    _switch("--contiguous_gradients", "reduce partitions to their owners instead of all-reduce"),
+    _f("--param_persistence_threshold", int(1e5), "stage 3: parameters this small stay gathered"),
+    _f("--model_persistence_threshold", sys.maxsize, "stage 3: total persistent parameters limit"),
+    _f("--max_live_parameters", int(1e9), "stage 3: gathered parameters limit"),
+    _f("--prefetch_bucket_size", int(1e9), "stage 3: prefetch queue size, elements"),
+]
+COLLECTIVE = [
+    _f("--begin_size", 1048576, "first message size (bytes; 64K, 1M, 1G accepted)", type=_size),
+    _f("--end_size", 1048576, "last message size", type=_size),
+    _f("--step_factor", 2, "size multiplier between steps"),
+    _f("--test_comm", "all_reduce", "collective to sweep", type=str),
+    _f("--iter_num", 500, "iterations per size"),
+    _f("--multi_all_reduce_enable", 0, "AICB's multi all-reduce test (0 or 1)"),
+]
+MOE = [
+    _switch("--moe_enable", "mixture-of-experts MLP", negatable=True),
+    _f("--expert_model_parallel_size", 1, "expert-parallel size (ep)"),
+    _f("--expert_tensor_parallel_size", None, "tensor-parallel size inside experts (default tp)"),
+    _f("--num_experts", 1, "experts per MoE layer"),
+    _f("--moe_router_topk", 1, "experts each token is routed to"),
+    _f("--moe_ffn_hidden_size", None, "expert MLP hidden size (default --ffn_hidden_size)"),
+    _switch("--moe_grouped_gemm", "grouped GEMM for the local experts"),
+    _f("--activation_func", None, "MLP activation", type=str),
+]
+AIOB = [
+    _switch("--aiob_enable", "measure computation times on this device (AIOB)"),
+    _f("--comp_filepath", None, "read computation times from this AIOB file", type=str),
+    _switch("--gated_linear_unit", "gated linear unit (set by --swiglu)"),
+    _switch("--bias_gelu_fusion", "fused bias+GeLU"),
+    _switch("--openai_gelu", "OpenAI's GeLU"),
+    _switch("--onnx_safe", "ONNX workarounds"),
+    _switch("--squared_relu", "squared ReLU activation"),
+]
+SIMAI = [_switch("--overlap_version", "SimAI overlap variant")]
+DEEPSEEK = [
+    _f("--n_dense_layers", None, "leading dense (non-MoE) layers (DeepSeek frame default 3)"),
+    _f(("--n_shared_expert", "--n_shared_experts"), None, "shared experts (DeepSeek frame default 2)"),
+    _f("--qk_rope_dim", None, "query/key rotary head dimension (default 64)"),
+    _f("--qk_nope_dim", None, "query/key non-rotary head dimension (default 128)"),
+    _f("--q_lora_rank", None, "query down-projection rank (default 1536)"),
+    _f("--kv_lora_rank", None, "key/value down-projection rank (default 512)"),
+    _f("--v_head_dim", None, "value head dimension (default 128)"),
+]
+ALL_GROUPS = {
+    "general": GENERAL, "model": MODEL, "Megatron": MEGATRON, "DeepSpeed": DEEPSPEED,
+    "collective test": COLLECTIVE, "MoE": MOE, "AIOB": AIOB, "SimAI": SIMAI, "DeepSeek": DEEPSEEK,
+}
+DEFAULTS = {flag.dest: flag.default for group in ALL_GROUPS.values() for flag in group}
+# AICB's DeepSeek defaults (get_deepseek_params), used with --frame DeepSeek when no preset sets them.
+DEEPSEEK_DEFAULTS = dict(n_dense_layers=3, n_shared_expert=2, qk_rope_dim=64, qk_nope_dim=128, q_lora_rank=1536,
+                         kv_lora_rank=512, v_head_dim=128)
+
+
+def _spellings(name: str) -> list[str]:
+    if name.startswith("--"):
+        body = name[2:]
+        return list(dict.fromkeys([name, "--" + body.replace("-", "_"), "--" + body.replace("_", "-")]))
+    return [name]
+
+
+def build_parser(prog: str, description: str, extra: Callable[[argparse.ArgumentParser], None] | None = None,
+                 groups: Sequence[str] | None = None) -> CliParser:
+    """The AICB flag parser.  Every default is ``SUPPRESS`` so that we know what the user gave;
+    :func:`resolve` fills in the rest."""
+    parser = CliParser(prog=prog, description=description, allow_abbrev=False,
+                       argument_default=argparse.SUPPRESS)
+    for title, flags in ALL_GROUPS.items():
+        if groups is not None and title not in groups:
+            continue
+        group = parser.add_argument_group(title)
+        for flag in flags:
+            names = [s for name in flag.names for s in _spellings(name)]
+            kwargs: dict[str, Any] = {"dest": flag.dest, "help": f"{flag.help} (default: {flag.default})"}
+            if flag.action is not None:
+                kwargs["action"] = flag.action
+            else:
+                kwargs["type"] = flag.type
+                kwargs["metavar"] = flag.dest.upper() if flag.choices is None else None
+                if flag.choices is not None:
+                    kwargs["choices"] = flag.choices
+            group.add_argument(*names, **kwargs)
+    if extra is not None:
+        extra(parser)
+    return parser
+
+
+def resolve(given: dict[str, Any]) -> dict[str, Any]:
+    """All flag values: AICB defaults, then the preset, then what the user gave."""
+    frame = given.get("frame", DEFAULTS["frame"])
+    name = given.get("model_name")
+    if given.get("model_size") is not None:
+        size_name = resolve_model_size(given["model_size"], frame)
+        if name is not None and get_preset(name).name != get_preset(size_name).name:
+            raise ConfigError(f"-m/--model_size {given['model_size']} ({size_name}) contradicts --model_name {name}")
+        name = size_name
+    values = dict(DEFAULTS)
+    if frame == "DeepSeek":
+        values.update(DEEPSEEK_DEFAULTS)
+        values["moe_enable"] = True
+    preset = None
+    if name is not None:
+        preset = get_preset(name)
+        values.update(_preset_flags(preset))
+    values.update({k: v for k, v in given.items() if k != "model_size"})
+    values["model_name"] = preset.name if preset is not None and "model_name" not in given else values["model_name"]
+    values["preset"] = preset
+    if values["pp_rank"] == -1:
+        values["pp_rank"] = 0
+    return values
+
+
+def _preset_flags(model: ModelConfig) -> dict[str, Any]:
+    flags = dict(
+        hidden_size=model.hidden_size, num_layers=model.num_layers, num_attention_heads=model.num_attention_heads,
+        num_query_groups=model.num_query_groups, kv_channels=model.kv_channels_given,
+        ffn_hidden_size=model.ffn_hidden_size, vocab_size=model.vocab_size,
+        max_position_embeddings=model.max_position_embeddings, swiglu=model.swiglu,
+        normalization=model.normalization, add_bias_linear=model.add_bias_linear,
+        position_embedding_type=model.position_embedding_type,
+        untie_embeddings_and_output_weights=model.untie_embeddings_and_output_weights,
+        moe_enable=model.is_moe,
+    )
+    if model.is_moe:
+        flags.update(num_experts=model.num_experts, moe_router_topk=model.moe_router_topk,
+                     moe_ffn_hidden_size=model.moe_ffn_hidden_size, n_shared_expert=model.n_shared_experts,
+                     n_dense_layers=model.n_dense_layers)
+    if model.multi_latent_attention:
+        flags.update(q_lora_rank=model.q_lora_rank, kv_lora_rank=model.kv_lora_rank, qk_nope_dim=model.qk_head_dim,
+                     qk_rope_dim=model.qk_pos_emb_head_dim, v_head_dim=model.v_head_dim)
+    return flags
+
+
+def model_from(values: dict[str, Any]) -> ModelConfig:
+    """The :class:`ModelConfig` the resolved flag values describe."""
+    preset: ModelConfig | None = values.get("preset")
+    moe = bool(values["moe_enable"])
+    if moe and values["num_experts"] <= 1:
+        raise ConfigError(f"--moe_enable needs --num_experts > 1, got {values['num_experts']}")
+    if not moe and values["num_experts"] > 1:
+        raise ConfigError(f"--num_experts {values['num_experts']} given without --moe_enable")
+    mla = values["frame"] == "DeepSeek" or (preset is not None and preset.multi_latent_attention)
+    kwargs: dict[str, Any] = dict(
+        name=values["model_name"] or "custom", hidden_size=values["hidden_size"], num_layers=values["num_layers"],
+        num_attention_heads=values["num_attention_heads"], num_query_groups=values["num_query_groups"],
+        kv_channels_given=values["kv_channels"], ffn_hidden_size=values["ffn_hidden_size"],
+        vocab_size=values["vocab_size"], max_position_embeddings=values["max_position_embeddings"],
+        swiglu=values["swiglu"], normalization=values["normalization"] or "LayerNorm",
+        add_bias_linear=values["add_bias_linear"],
+        position_embedding_type=values["position_embedding_type"] or "learned_absolute",
+        untie_embeddings_and_output_weights=values["untie_embeddings_and_output_weights"],
+        num_experts=values["num_experts"] if moe else None, moe_router_topk=values["moe_router_topk"],
+        moe_ffn_hidden_size=values["moe_ffn_hidden_size"], n_shared_experts=values["n_shared_expert"] or 0,
+        n_dense_layers=values["n_dense_layers"] or 0, multi_latent_attention=mla,
+    )
+    if preset is not None:
+        kwargs.update(add_qkv_bias=preset.add_qkv_bias, qk_layernorm=preset.qk_layernorm,
+                      published_params=preset.published_params, source=preset.source)
+        unchanged = all(getattr(preset, k) == v for k, v in kwargs.items() if k not in ("name",))
+        if not unchanged:
+            kwargs.update(published_params=None, source=f"{preset.source}, changed by flags")
+    if mla:
+        kwargs.update(q_lora_rank=values["q_lora_rank"], kv_lora_rank=values["kv_lora_rank"],
+                      qk_head_dim=values["qk_nope_dim"], qk_pos_emb_head_dim=values["qk_rope_dim"],
+                      v_head_dim=values["v_head_dim"])
+    return ModelConfig(**kwargs)
+
+
+def job_from(values: dict[str, Any]) -> JobConfig:
+    """The validated :class:`JobConfig` of resolved flag values.  Raises :class:`ConfigError`."""
+    recompute = values["recompute_granularity"] or ("selective" if values["recompute_activations"] else "none")
+    training_fields = {f.name for f in fields(TrainingConfig)}
+    extra = {k: v for k, v in values.items() if k not in training_fields and k != "preset"}
+    training = TrainingConfig(
+        frame=values["frame"], seq_length=values["seq_length"], dtype=values["dtype"], epoch_num=values["epoch_num"],
+        use_distributed_optimizer=values["use_distributed_optimizer"],
+        make_vocab_size_divisible_by=values["make_vocab_size_divisible_by"], recompute=recompute,
+        ddp_bucket_size=values["ddp_bucket_size"], overlap_grad_reduce=values["overlap_grad_reduce"],
+        use_flash_attn=values["use_flash_attn"],
+        computation_enable=values["computation_enable"] or values["aiob_enable"],
+        aiob_enable=values["aiob_enable"], comp_filepath=values["comp_filepath"], gpu_type=values["gpu_type"],
+        extra=extra,
+    )
+    parallel = ParallelConfig(
+        world_size=values["world_size"], tp=values["tensor_model_parallel_size"],
+        pp=values["pipeline_model_parallel"], cp=values["context_parallel_size"],
+        ep=values["expert_model_parallel_size"], etp=values["expert_tensor_parallel_size"],
+        sequence_parallel=values["enable_sequence_parallel"], micro_batch=values["micro_batch"],
+        global_batch=values["global_batch"], vpp_layers=values["num_layers_per_virtual_pipeline_stage"],
+        pp_rank=values["pp_rank"], first_stage_layers=values["decoder_first_pipeline_num_layers"],
+        last_stage_layers=values["decoder_last_pipeline_num_layers"],
+    )
+    model = model_from(values) if values["frame"] != "collective_test" else ModelConfig()
+    return JobConfig(model=model, parallel=parallel, training=training)
+
+
+def parse_job(argv: Sequence[str] | None, prog: str, description: str,
+              extra: Callable[[argparse.ArgumentParser], None] | None = None) -> tuple[JobConfig, dict[str, Any]]:
+    """Parse ``argv`` into a validated job and the resolved flag values."""
+    parser = build_parser(prog, description, extra)
+    given = vars(parser.parse_args(argv))
+    values = resolve(given)
+    values["_given"] = frozenset(given)
+    return job_from(values), values
+
+
+def run_main(main: Callable[[], int | None], prog: str) -> NoReturn:
+    """Run a CLI ``main``: user errors become one line on stderr and exit status 2."""
+    try:
+        code = main()
+    except UserError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(1)
+    sys.exit(code or 0)

@@ -1,0 +1,210 @@
+"""The parallel layout of a training job and every rule that makes one possible.
+
+All layout validation lives here, at construction, and every message names the flags (AICB's
+spelling) and the numbers, so a user can fix the command line from the message alone.
+Megatron-LM's own checks (``megatron/training/arguments.py``) are the reference for the rules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from utils.errors import ConfigError
+from utils.rank_generator import RankGenerator
+
+if TYPE_CHECKING:
+    from utils.config import ModelConfig
+
+# Flag names as AICB spells them; used in every message.
+F_WORLD = "--world_size"
+F_TP = "--tensor_model_parallel_size"
+F_PP = "--pipeline_model_parallel"
+F_CP = "--context-parallel-size"
+F_EP = "--expert_model_parallel_size"
+F_ETP = "--expert_tensor_parallel_size"
+F_SP = "--enable_sequence_parallel"
+F_MBS = "--micro_batch"
+F_GBS = "--global_batch"
+F_VPP = "--num_layers_per_virtual_pipeline_stage"
+F_PP_RANK = "--pp_rank"
+F_FIRST = "--decoder_first_pipeline_num_layers"
+F_LAST = "--decoder_last_pipeline_num_layers"
+
+
+def _positive(name: str, value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+
+
+@dataclass(frozen=True)
+class ParallelConfig:
+    """A validated parallel layout.
+
+    ``dp`` (data-parallel size) and ``ga`` (micro-batches per iteration, Megatron's
+    ``num_microbatches``) are derived: ``dp = world / (tp * pp * cp)``,
+    ``ga = global_batch / (micro_batch * dp)``.  ``global_batch=None`` means ``micro_batch * dp``.
+    ``etp`` is the expert tensor-parallel size (``None``: the same as ``tp``).  With ``tp == 1``
+    sequence parallelism has no effect, as in Megatron (``sequence_parallel`` reads False).
+    """
+
+    world_size: int
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    ep: int = 1
+    etp: int | None = None
+    sequence_parallel: bool = False
+    micro_batch: int = 1
+    global_batch: int | None = None
+    vpp_layers: int | None = None
+    pp_rank: int = 0
+    first_stage_layers: int | None = None
+    last_stage_layers: int | None = None
+    dp: int = field(init=False)
+    ga: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        for name, value in ((F_WORLD, self.world_size), (F_TP, self.tp), (F_PP, self.pp), (F_CP, self.cp),
+                            (F_EP, self.ep), (F_MBS, self.micro_batch)):
+            _positive(name, value)
+        if self.etp is not None:
+            _positive(F_ETP, self.etp)
+        model_parallel = self.tp * self.pp * self.cp
+        if self.world_size % model_parallel:
+            raise ConfigError(
+                f"{F_WORLD} {self.world_size} is not divisible by {F_TP} {self.tp} x {F_PP} {self.pp} x "
+                f"{F_CP} {self.cp} = {model_parallel}")
+        dp = self.world_size // model_parallel
+        object.__setattr__(self, "dp", dp)
+        if dp % self.ep:
+            raise ConfigError(
+                f"{F_EP} {self.ep} does not divide the data-parallel size {dp} "
+                f"({F_WORLD} {self.world_size} / ({F_TP} {self.tp} x {F_PP} {self.pp} x {F_CP} {self.cp}))")
+        etp = self.expert_tp
+        expert_pool = self.tp * self.cp * dp
+        if expert_pool % (etp * self.ep):
+            raise ConfigError(
+                f"{F_ETP} {etp} x {F_EP} {self.ep} = {etp * self.ep} does not divide the {expert_pool} ranks of a "
+                f"pipeline stage ({F_TP} {self.tp} x {F_CP} {self.cp} x data-parallel {dp})")
+        global_batch = self.global_batch if self.global_batch is not None else self.micro_batch * dp
+        _positive(F_GBS, global_batch)
+        if global_batch % (self.micro_batch * dp):
+            raise ConfigError(
+                f"{F_GBS} {global_batch} is not divisible by {F_MBS} {self.micro_batch} x data-parallel size {dp} "
+                f"= {self.micro_batch * dp}")
+        object.__setattr__(self, "global_batch", global_batch)
+        object.__setattr__(self, "ga", global_batch // (self.micro_batch * dp))
+        if not 0 <= self.pp_rank < self.pp:
+            raise ConfigError(f"{F_PP_RANK} {self.pp_rank} is outside 0..{self.pp - 1} ({F_PP} {self.pp})")
+        if self.vpp_layers is not None:
+            _positive(F_VPP, self.vpp_layers)
+            if self.pp < 2:
+                raise ConfigError(f"{F_VPP} needs pipeline parallelism ({F_PP} > 1), got {F_PP} {self.pp}")
+            if self.ga % self.pp:
+                raise ConfigError(
+                    f"the interleaved schedule ({F_VPP}) needs the number of micro-batches {self.ga} "
+                    f"({F_GBS} {global_batch} / ({F_MBS} {self.micro_batch} x data-parallel {dp})) "
+                    f"to be a multiple of {F_PP} {self.pp}")
+        for name, value in ((F_FIRST, self.first_stage_layers), (F_LAST, self.last_stage_layers)):
+            if value is not None:
+                _positive(name, value)
+                if self.pp < 2:
+                    raise ConfigError(f"{name} needs pipeline parallelism ({F_PP} > 1), got {F_PP} {self.pp}")
+        if self.sequence_parallel and self.tp == 1:
+            object.__setattr__(self, "sequence_parallel", False)
+
+    @property
+    def expert_tp(self) -> int:
+        """Tensor-parallel size inside experts (``etp``, default ``tp``)."""
+        return self.tp if self.etp is None else self.etp
+
+    @property
+    def expert_dp(self) -> int:
+        """Size of the expert-data-parallel group: the stage's ranks / (etp * ep)."""
+        return self.tp * self.cp * self.dp // (self.expert_tp * self.ep)
+
+    @property
+    def interleaved(self) -> bool:
+        return self.vpp_layers is not None
+
+    def rank_generator(self) -> RankGenerator:
+        """Megatron's process groups for this layout (order ``tp-cp-ep-dp-pp``)."""
+        return RankGenerator(tp=self.tp, ep=self.ep, dp=self.dp, pp=self.pp, cp=self.cp)
+
+    # ---- rules that need the model -----------------------------------------------------------
+
+    def stage_layers(self, num_layers: int) -> list[int]:
+        """Transformer layers of each pipeline stage (uneven first/last stages where given).
+
+        Raises :class:`ConfigError` when the layers cannot be split as asked.
+        """
+        if self.pp == 1:
+            return [num_layers]
+        first, last = self.first_stage_layers, self.last_stage_layers
+        fixed = (first or 0) + (last or 0)
+        middle_stages = self.pp - (first is not None) - (last is not None)
+        rest = num_layers - fixed
+        if rest < 0 or (middle_stages == 0 and rest != 0) or (middle_stages and rest % middle_stages):
+            given = " and ".join(f"{n} {v}" for n, v in ((F_FIRST, first), (F_LAST, last)) if v is not None)
+            if given:
+                raise ConfigError(
+                    f"--num_layers {num_layers} minus {given} leaves {rest} layers, which do not split evenly "
+                    f"over the other {middle_stages} of {F_PP} {self.pp} stages")
+            raise ConfigError(
+                f"--num_layers {num_layers} is not divisible by {F_PP} {self.pp} (give {F_FIRST} and/or "
+                f"{F_LAST} for uneven stages, as Megatron does)")
+        per = rest // middle_stages if middle_stages else 0
+        layers = [per] * self.pp
+        if first is not None:
+            layers[0] = first
+        if last is not None:
+            layers[-1] = last
+        if 0 in layers and middle_stages:
+            raise ConfigError(f"--num_layers {num_layers} leaves a pipeline stage without layers ({F_PP} {self.pp})")
+        return layers
+
+    def check_model(self, model: ModelConfig, seq_length: int, dtype: str = "bfloat16") -> None:
+        """Rules that involve the model's dimensions.  Raises :class:`ConfigError`."""
+        heads, groups = model.num_attention_heads, model.query_groups
+        if heads % self.tp:
+            raise ConfigError(f"--num_attention_heads {heads} is not divisible by {F_TP} {self.tp}")
+        if heads % groups:
+            raise ConfigError(f"--num_attention_heads {heads} is not divisible by --num_query_groups {groups}")
+        if groups % self.tp:
+            raise ConfigError(f"--num_query_groups {groups} is not divisible by {F_TP} {self.tp}")
+        if model.kv_channels_given is None and model.hidden_size % heads:
+            raise ConfigError(f"--hidden_size {model.hidden_size} is not divisible by --num_attention_heads {heads} "
+                              "(give --kv_channels for a head size of your own)")
+        if model.ffn_hidden_size % self.tp:
+            raise ConfigError(f"--ffn_hidden_size {model.ffn_hidden_size} is not divisible by {F_TP} {self.tp}")
+        layers = self.stage_layers(model.num_layers)
+        if self.vpp_layers is not None:
+            for stage, count in enumerate(layers):
+                if count % self.vpp_layers:
+                    raise ConfigError(
+                        f"pipeline stage {stage} has {count} layers (--num_layers {model.num_layers} / {F_PP} {self.pp}), "
+                        f"not divisible by {F_VPP} {self.vpp_layers}")
+        if self.sequence_parallel and seq_length % self.tp:
+            raise ConfigError(f"--seq_length {seq_length} is not divisible by {F_TP} {self.tp} "
+                              f"(needed by {F_SP})")
+        if self.cp > 1 and seq_length % (2 * self.cp):
+            raise ConfigError(f"--seq_length {seq_length} is not divisible by 2 x {F_CP} {self.cp} = {2 * self.cp}")
+        if model.is_moe:
+            experts = model.num_experts
+            if experts % self.ep:
+                raise ConfigError(f"--num_experts {experts} is not divisible by {F_EP} {self.ep}")
+            if model.moe_router_topk > experts:
+                raise ConfigError(f"--moe_router_topk {model.moe_router_topk} exceeds --num_experts {experts}")
+            if self.tp > 1 and not self.sequence_parallel:
+                raise ConfigError(f"MoE with {F_TP} {self.tp} needs {F_SP} (Megatron requires sequence "
+                                  "parallelism for MoE with tensor parallelism)")
+            moe_ffn = model.moe_ffn_hidden_size
+            if moe_ffn % self.expert_tp:
+                raise ConfigError(f"--moe_ffn_hidden_size {moe_ffn} is not divisible by the expert tensor-parallel "
+                                  f"size {self.expert_tp}")
+            if self.ep > 1 and dtype.lower() in ("float16", "fp16"):
+                raise ConfigError(f"{F_EP} {self.ep} is not supported with --dtype {dtype} (Megatron: expert "
+                                  "parallelism needs bf16 or fp32)")
+        elif self.ep > 1:
+            raise ConfigError(f"{F_EP} {self.ep} needs an MoE model (--moe_enable with --num_experts > 1)")

@@ -1,0 +1,1 @@
+"""Workload model, generators and their file formats."""

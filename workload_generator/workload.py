@@ -1,0 +1,400 @@
+"""The one workload model: an ordered list of work items plus the configuration that produced it.
+
+A :class:`WorkItem` is a communication (type, group, group size, bytes, stage, root, p2p direction),
+a computation (operand shapes, FLOPs, a time in ns) or an iteration marker (``epoch_end``).  Every
+other representation (AICB workload CSV, SimAI records, replay, simulation) is a view of it.
+
+The AICB workload CSV (FORMATS.md section 4) is read and written here.  Files we write round-trip
+byte for byte (dump, load, dump); AICB's own files load too, with or without the legacy
+``[rank0 ~ rank127]`` first line, ``None`` or ``-1`` cells, and computation shapes written as
+``((4096 1 5120) (5120 7680))`` or ``"((4096, 1, 5120), (5120, 7680))"``.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from utils.errors import FormatError
+from utils.io import atomic_write
+
+
+class CommType(str, Enum):
+    """Kinds of work item.  Written in CSVs as ``CommType.<value>``."""
+
+    all_reduce = "all_reduce"
+    all_gather = "all_gather"
+    reduce_scatter = "reduce_scatter"
+    all_to_all = "all_to_all"
+    broadcast = "broadcast"
+    reduce = "reduce"
+    isend = "isend"
+    irecv = "irecv"
+    barrier = "barrier"
+    computation = "computation"
+    epoch_end = "epoch_end"
+
+    def __str__(self) -> str:
+        return f"CommType.{self.value}"
+
+    @classmethod
+    def parse(cls, text: str) -> CommType:
+        """From ``CommType.all_reduce`` or ``all_reduce`` (AICB's ``*_into_tensor`` / ``*_tensor``
+        spellings map to all_gather / reduce_scatter).  Raises ``ValueError``."""
+        name = text.strip()
+        if name.startswith("CommType."):
+            name = name[len("CommType."):]
+        name = _COMM_TYPE_ALIASES.get(name, name)
+        try:
+            return cls(name)
+        except ValueError:
+            known = ", ".join(m.value for m in cls)
+            raise ValueError(f"expected CommType.<name> with name one of {known}; got {text!r}") from None
+
+    @property
+    def is_collective(self) -> bool:
+        return self in _COLLECTIVES
+
+
+_COMM_TYPE_ALIASES = {"all_gather_into_tensor": "all_gather", "reduce_scatter_tensor": "reduce_scatter"}
+_COLLECTIVES = frozenset({
+    CommType.all_reduce, CommType.all_gather, CommType.reduce_scatter, CommType.all_to_all,
+    CommType.broadcast, CommType.reduce, CommType.barrier,
+})
+
+
+class CommGroup(str, Enum):
+    """Process groups a communication runs in.  Written in CSVs as ``CommGroup.<value>``."""
+
+    dp_group = "dp_group"
+    tp_group = "tp_group"
+    pp_group = "pp_group"
+    ep_group = "ep_group"
+    ep_dp_group = "ep_dp_group"
+    ep_tp_group = "ep_tp_group"
+    embedding_group = "embedding_group"
+    all_nodes = "all_nodes"
+
+    def __str__(self) -> str:
+        return f"CommGroup.{self.value}"
+
+    @classmethod
+    def parse(cls, text: str) -> CommGroup:
+        """From ``CommGroup.tp_group`` or ``tp_group`` (AICB's ``CommGroup.all`` is ``all_nodes``)."""
+        name = text.strip()
+        if name.startswith("CommGroup."):
+            name = name[len("CommGroup."):]
+        if name == "all":
+            name = "all_nodes"
+        try:
+            return cls(name)
+        except ValueError:
+            known = ", ".join(m.value for m in cls)
+            raise ValueError(f"expected CommGroup.<name> with name one of {known}, or None; got {text!r}") from None
+
+
+Shapes = tuple[tuple[int, ...], ...]
+
+
+@dataclass(slots=True)
+class WorkItem:
+    """One step of a rank's iteration.
+
+    Sizes are bytes.  ``time_ns`` is the computation time in nanoseconds (the CSV's
+    ``_elapsed_time`` column); ``shapes`` the operand shapes of a computation (the CSV writes them
+    in ``msg_size``); ``flops`` its floating-point operations.  ``src``/``dst`` are roots as ranks
+    inside the group; ``additional`` the p2p direction (``send_next``, ``recv_prev``, ...).
+    ``meta`` carries producer details that the CSV does not (per-expert token counts, ...).
+    """
+
+    comm_type: CommType
+    comm_group: CommGroup | None = None
+    comm_group_size: int | None = None
+    msg_size: int = 0
+    stage: str = ""
+    dst: int | None = None
+    src: int | None = None
+    additional: str | None = None
+    time_ns: float | None = None
+    algbw: float | None = None
+    busbw: float | None = None
+    count: int = 1
+    shapes: Shapes | None = None
+    flops: float | None = None
+    meta: dict[str, Any] | None = None
+
+    @property
+    def is_computation(self) -> bool:
+        return self.comm_type is CommType.computation
+
+    @property
+    def is_epoch_end(self) -> bool:
+        return self.comm_type is CommType.epoch_end
+
+    @property
+    def is_comm(self) -> bool:
+        return self.comm_type is not CommType.computation and self.comm_type is not CommType.epoch_end
+
+
+CSV_COLUMNS = (
+    "comm_type", "comm_group", "comm_group_size", "msg_size", "stage", "dst", "src", "additional",
+    "_elapsed_time", "algbw", "busbw", "count",
+)
+"""The AICB workload CSV header, in order."""
+_HEADER_LINE = ",".join(CSV_COLUMNS)
+_REQUIRED = ("comm_type", "comm_group", "comm_group_size", "msg_size", "stage")
+
+
+@dataclass
+class Workload:
+    """An ordered list of :class:`WorkItem` and the configuration that produced it.
+
+    ``config`` is the producing configuration (a ``JobConfig`` for generated workloads, ``None``
+    for loaded files); ``rank`` the global rank whose view this is; ``compute_source`` where the
+    computation times came from (``aiob``, ``file``, ``roofline``, ``placeholder`` or ``None``).
+    """
+
+    items: list[WorkItem] = field(default_factory=list)
+    config: Any = None
+    rank: int = 0
+    compute_source: str | None = None
+
+    def __iter__(self) -> Iterator[WorkItem]:
+        return iter(self.items)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: int) -> WorkItem:
+        return self.items[index]
+
+    @property
+    def workload(self) -> list[WorkItem]:
+        """AICB's spelling of :attr:`items`, for code written against AICB."""
+        return self.items
+
+    def append(self, item: WorkItem) -> None:
+        self.items.append(item)
+
+    def extend(self, items: Iterable[WorkItem]) -> None:
+        self.items.extend(items)
+
+    def iterations(self) -> list[list[WorkItem]]:
+        """Items split at ``epoch_end`` markers (markers excluded); the first block is init."""
+        blocks: list[list[WorkItem]] = [[]]
+        for item in self.items:
+            if item.comm_type is CommType.epoch_end:
+                blocks.append([])
+            else:
+                blocks[-1].append(item)
+        if len(blocks) > 1 and not blocks[-1]:
+            blocks.pop()
+        return blocks
+
+    def comm_items(self) -> list[WorkItem]:
+        return [item for item in self.items if item.is_comm]
+
+    # ---- AICB workload CSV -------------------------------------------------------------------
+
+    def dump(self, path: str | os.PathLike) -> None:
+        """Write the AICB workload CSV to ``path`` (atomically: no partial file on error)."""
+        with atomic_write(path) as handle:
+            write_csv(self.items, handle)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> Workload:
+        """Read an AICB workload CSV (ours or AICB's).  Raises :class:`FormatError` naming the
+        file, the line and what was expected."""
+        path = os.fspath(path)
+        try:
+            with open(path, newline="", encoding="utf-8") as handle:
+                items = read_csv(handle, path)
+        except OSError as exc:
+            raise FormatError(path, f"cannot read: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise FormatError(path, "not a text file (expected an AICB workload CSV)") from None
+        return cls(items=items)
+
+
+# ---- CSV cells --------------------------------------------------------------------------------
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "None"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def format_shapes(shapes: Shapes) -> str:
+    """``((4096, 1, 5120), (5120, 7680))`` -> ``((4096 1 5120) (5120 7680))`` (no commas, CSV-safe)."""
+    return "(" + " ".join("(" + " ".join(str(d) for d in shape) + ")" for shape in shapes) + ")"
+
+
+def _row(item: WorkItem) -> list[str]:
+    size = format_shapes(item.shapes) if item.shapes is not None else str(item.msg_size)
+    return [
+        str(item.comm_type),
+        str(item.comm_group) if item.comm_group is not None else "None",
+        _cell(item.comm_group_size),
+        size,
+        item.stage,
+        _cell(item.dst),
+        _cell(item.src),
+        item.additional or "",
+        _cell(item.time_ns),
+        _cell(item.algbw),
+        _cell(item.busbw),
+        str(item.count),
+    ]
+
+
+def write_csv(items: Iterable[WorkItem], handle) -> None:
+    """Write the header and one row per item to an open text file."""
+    writer = csv.writer(handle, lineterminator="\n")
+    handle.write(_HEADER_LINE + "\n")
+    writer.writerows(_row(item) for item in items)
+
+
+_NONE_CELLS = frozenset({"", "None", "none", "nan", "NaN", "null"})
+_SHAPE_RE = re.compile(r"\(([^()]*)\)")
+_SHAPES_EXPECTED = ("expected a byte count (a non-negative integer) or computation shapes such as "
+                    "((4096 1 5120) (5120 7680))")
+
+
+def parse_shapes(text: str) -> Shapes:
+    """Inverse of :func:`format_shapes`; also accepts Python's comma form.  Raises ``ValueError``."""
+    body = text.strip()
+    if not (body.startswith("(") and body.endswith(")")):
+        raise ValueError(text)
+    inner = body[1:-1]
+    groups = _SHAPE_RE.findall(inner)
+    if not groups or _SHAPE_RE.sub("", inner).replace(",", "").strip():
+        raise ValueError(text)
+    shapes = []
+    for group in groups:
+        dims = [d for d in re.split(r"[\s,]+", group.strip()) if d]
+        if not dims:
+            raise ValueError(text)
+        shapes.append(tuple(int(d) for d in dims))
+    return tuple(shapes)
+
+
+def _int_or_none(text: str, allow_minus_one: bool = True) -> int | None:
+    if text in _NONE_CELLS or (allow_minus_one and text == "-1"):
+        return None
+    value = float(text) if ("." in text or "e" in text.lower()) else int(text)
+    if value != int(value) or value < 0:
+        raise ValueError(text)
+    return int(value)
+
+
+def _number_or_none(text: str) -> float | int | None:
+    if text in _NONE_CELLS:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
+class _RowError(Exception):
+    def __init__(self, column: str, message: str):
+        super().__init__(message)
+        self.column = column
+
+
+def _parse_row(cells: dict[str, str]) -> WorkItem:
+    try:
+        ctype = CommType.parse(cells["comm_type"])
+    except ValueError as exc:
+        raise _RowError("comm_type", str(exc)) from None
+    group_text = cells["comm_group"].strip()
+    try:
+        group = None if group_text in _NONE_CELLS or group_text == "-1" else CommGroup.parse(group_text)
+    except ValueError as exc:
+        raise _RowError("comm_group", str(exc)) from None
+    try:
+        group_size = _int_or_none(cells["comm_group_size"].strip())
+    except ValueError:
+        raise _RowError("comm_group_size", f"expected a positive integer or None; got {cells['comm_group_size']!r}") from None
+
+    size_text = cells["msg_size"].strip()
+    shapes = None
+    msg_size = 0
+    if size_text.startswith("("):
+        try:
+            shapes = parse_shapes(size_text)
+        except ValueError:
+            raise _RowError("msg_size", f"{_SHAPES_EXPECTED}; got {size_text!r}") from None
+    elif size_text not in _NONE_CELLS:
+        try:
+            value = _int_or_none(size_text, allow_minus_one=False)
+        except ValueError:
+            raise _RowError("msg_size", f"{_SHAPES_EXPECTED}; got {size_text!r}") from None
+        msg_size = value or 0
+
+    values: dict[str, Any] = {}
+    for column in ("dst", "src"):
+        text = cells.get(column, "None").strip()
+        try:
+            values[column] = _int_or_none(text)
+        except ValueError:
+            raise _RowError(column, f"expected a rank inside the group (integer) or None; got {text!r}") from None
+    for column, key in (("_elapsed_time", "time_ns"), ("algbw", "algbw"), ("busbw", "busbw")):
+        text = cells.get(column, "None").strip()
+        try:
+            values[key] = _number_or_none(text)
+        except ValueError:
+            raise _RowError(column, f"expected a number or None; got {text!r}") from None
+    count_text = cells.get("count", "1").strip()
+    try:
+        count = 1 if count_text in _NONE_CELLS else _int_or_none(count_text, allow_minus_one=False)
+    except ValueError:
+        raise _RowError("count", f"expected a positive integer; got {count_text!r}") from None
+    additional = cells.get("additional", "").strip()
+    return WorkItem(
+        comm_type=ctype, comm_group=group, comm_group_size=group_size, msg_size=msg_size,
+        stage=cells["stage"].strip(), dst=values["dst"], src=values["src"],
+        additional=None if additional in _NONE_CELLS else additional,
+        time_ns=values["time_ns"], algbw=values["algbw"], busbw=values["busbw"],
+        count=1 if count is None else count, shapes=shapes,
+    )
+
+
+def read_csv(handle, path: str = "<workload>") -> list[WorkItem]:
+    """Parse an AICB workload CSV from an open text file.  ``path`` is used in error messages."""
+    reader = csv.reader(handle)
+    header: list[str] | None = None
+    items: list[WorkItem] = []
+    for row in reader:
+        line = reader.line_num
+        if header is None:
+            if not row or (len(row) == 1 and not row[0].strip()):
+                continue
+            first = row[0].strip()
+            if first.startswith("[") and len(row) == 1:
+                continue  # AICB's legacy "[rank0 ~ rank127]" line
+            header = [c.strip() for c in row]
+            missing = [c for c in _REQUIRED if c not in header]
+            if missing:
+                raise FormatError(path, f"header lacks column(s) {', '.join(missing)} "
+                                        f"(expected {_HEADER_LINE})", line=line)
+            continue
+        if not row or (len(row) == 1 and not row[0].strip()):
+            continue
+        if len(row) != len(header):
+            raise FormatError(path, f"expected {len(header)} comma-separated fields ({','.join(header)}), "
+                                    f"got {len(row)}", line=line)
+        try:
+            items.append(_parse_row(dict(zip(header, row))))
+        except _RowError as exc:
+            raise FormatError(path, str(exc), line=line, field=exc.column) from None
+    if header is None:
+        raise FormatError(path, f"empty file (expected the header {_HEADER_LINE})")
+    return items
