@@ -111,6 +111,8 @@ class ParallelConfig:
                 _positive(name, value)
                 if self.pp < 2:
                     raise ConfigError(f"{name} needs pipeline parallelism ({F_PP} > 1), got {F_PP} {self.pp}")
+                if self.vpp_layers is not None:
+                    raise ConfigError(f"{name} cannot be combined with {F_VPP} (uneven stages are not interleaved)")
         if self.sequence_parallel and self.tp == 1:
             object.__setattr__(self, "sequence_parallel", False)
 

@@ -69,7 +69,11 @@ _COLLECTIVES = frozenset({
 
 
 class CommGroup(str, Enum):
-    """Process groups a communication runs in.  Written in CSVs as ``CommGroup.<value>``."""
+    """Process groups a communication runs in.  Written in CSVs as ``CommGroup.<value>``.
+
+    ``mp_group`` (ours, not AICB's) is Megatron's model-parallel group (the tp x pp ranks of a
+    data-parallel replica), where the optimizer reduces its gradient norm; ``all_nodes`` every rank.
+    """
 
     dp_group = "dp_group"
     tp_group = "tp_group"
@@ -78,6 +82,7 @@ class CommGroup(str, Enum):
     ep_dp_group = "ep_dp_group"
     ep_tp_group = "ep_tp_group"
     embedding_group = "embedding_group"
+    mp_group = "mp_group"
     all_nodes = "all_nodes"
 
     def __str__(self) -> str:
@@ -236,29 +241,46 @@ def format_shapes(shapes: Shapes) -> str:
     return "(" + " ".join("(" + " ".join(str(d) for d in shape) + ")" for shape in shapes) + ")"
 
 
-def _row(item: WorkItem) -> list[str]:
+def _quote(text: str) -> str:
+    """CSV quoting as the csv module's minimal dialect does it."""
+    if any(c in text for c in ',"\r\n'):
+        return '"' + text.replace('"', '""') + '"'
+    return text
+
+
+def _line(item: WorkItem) -> str:
     size = format_shapes(item.shapes) if item.shapes is not None else str(item.msg_size)
-    return [
+    cells = (
         str(item.comm_type),
         str(item.comm_group) if item.comm_group is not None else "None",
         _cell(item.comm_group_size),
         size,
-        item.stage,
+        _quote(item.stage),
         _cell(item.dst),
         _cell(item.src),
-        item.additional or "",
+        _quote(item.additional or ""),
         _cell(item.time_ns),
         _cell(item.algbw),
         _cell(item.busbw),
         str(item.count),
-    ]
+    )
+    return ",".join(cells) + "\n"
 
 
 def write_csv(items: Iterable[WorkItem], handle) -> None:
-    """Write the header and one row per item to an open text file."""
-    writer = csv.writer(handle, lineterminator="\n")
-    handle.write(_HEADER_LINE + "\n")
-    writer.writerows(_row(item) for item in items)
+    """Write the header and one row per item to an open text file.
+
+    Generators repeat the same item objects for every micro-batch, so each distinct item is
+    formatted once.
+    """
+    lines: dict[int, str] = {}
+    out = [_HEADER_LINE + "\n"]
+    for item in items:
+        line = lines.get(id(item))
+        if line is None:
+            line = lines[id(item)] = _line(item)
+        out.append(line)
+    handle.write("".join(out))
 
 
 _NONE_CELLS = frozenset({"", "None", "none", "nan", "NaN", "null"})

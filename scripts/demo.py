@@ -1,0 +1,50 @@
+"""The CPU demo of the README's quick start: generate a Megatron workload and summarise it.
+
+Everything runs on this machine's CPU in a few seconds; outputs go to results/demo/.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "results" / "demo"
+sys.path.insert(0, str(ROOT))
+
+
+def step(title: str, *cmd: str) -> None:
+    print(f"\n== {title}\n$ {' '.join(cmd)}", flush=True)
+    subprocess.run([sys.executable, *cmd], cwd=ROOT, check=True)
+
+
+def main() -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    workload_csv = OUT / "gpt_tiny_tp2_pp2_workload.csv"
+    step("1. Generate the Megatron workload of one pipeline stage (tp 2, pp 2, dp 2, sequence parallel)",
+         "-m", "workload_generator.generate_megatron_workload", "--model_name", "gpt_tiny", "--world_size", "8",
+         "--tensor_model_parallel_size", "2", "--pipeline_model_parallel", "2", "--enable_sequence_parallel",
+         "--use-distributed-optimizer", "--global_batch", "8", "--seq_length", "256", "--output", str(workload_csv))
+
+    from utils.units import format_size
+    from workload_generator.workload import Workload
+
+    workload = Workload.load(workload_csv)
+    counts: Counter = Counter()
+    volume: Counter = Counter()
+    for item in workload.iterations()[1]:
+        if item.is_comm:
+            key = (item.comm_type.value, item.comm_group.value if item.comm_group else "-")
+            counts[key] += 1
+            volume[key] += item.msg_size
+    print("\nOne iteration of pipeline stage 0, by collective and group:")
+    print(f"  {'collective':<16}{'group':<16}{'count':>7}{'bytes':>14}")
+    for key in sorted(counts):
+        print(f"  {key[0]:<16}{key[1]:<16}{counts[key]:>7}{format_size(volume[key]):>14}")
+    print(f"\nDemo outputs are in {OUT.relative_to(ROOT)}/")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,189 @@
+"""AICB's shell entries (``scripts/megatron_gpt.sh``, ``scripts/megatron_workload_with_aiob.sh``,
+``scripts/deepspeed_llama.sh``): their flags, their per-size defaults, and the command they run.
+
+AICB's scripts assign a model size's defaults (tp, pp, ...) after reading the flags, silently
+replacing what the user typed.  Here a size only fills in what the user did not give.  Flags the
+scripts do not know are passed on to the Python entry, which checks them.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+
+from utils.errors import ConfigError
+
+
+@dataclass
+class Script:
+    """One AICB script: its value flags (with aliases), switches, defaults and size defaults."""
+
+    name: str
+    values: dict[str, tuple[str, ...]]
+    switches: dict[str, tuple[str, ...]]
+    defaults: dict[str, str]
+    size_defaults: dict[str, dict[str, str]] = field(default_factory=dict)
+
+
+_COMMON_VALUES = {
+    "frame": ("--frame", "--comm_frame"),
+    "world_size": ("--world_size",),
+    "tensor_model_parallel_size": ("--tensor_model_parallel_size", "--tp_num", "tp_num", "--tp"),
+    "pipeline_model_parallel": ("--pipeline_model_parallel_size", "--pipeline_model_parallel", "--pp_num", "pp_num",
+                                "--pp"),
+    "context_parallel_size": ("--context_parallel_size",),
+    "global_batch": ("--global_batch",),
+    "micro_batch": ("--micro_batch",),
+    "num_layers": ("--num_layers",),
+    "seq_length": ("--seq_length",),
+    "hidden_size": ("--hidden_size",),
+    "epoch_num": ("--epoch_num",),
+    "num_attention_heads": ("--num_attention_heads",),
+    "ffn_hidden_size": ("--ffn_hidden_size",),
+    "comp_filepath": ("--comp_filepath",),
+    "model_size": ("-m", "--model_size"),
+    "model_name": ("--model_name",),
+    "max_position_embeddings": ("--max_position_embeddings",),
+    "moe_router_topk": ("--moe_router_topk", "--topk"),
+    "num_experts": ("--num_experts", "--experts", "--num_moe_experts"),
+    "expert_model_parallel_size": ("--expert_model_parallel_size", "--ep", "--expert_parallel_size"),
+    "gpu_type": ("--gpu_type",),
+    "output": ("--output", "-o"),
+    "nnodes": ("--nnodes",),
+    "node_rank": ("--node_rank",),
+    "nproc_per_node": ("--nproc_per_node",),
+    "master_addr": ("--master_addr",),
+    "master_port": ("--master_port",),
+}
+_COMMON_SWITCHES = {
+    "aiob_enable": ("--aiob_enable", "--aiob"),
+    "enable_visual": ("--enable_visual",),
+    "workload_only": ("--workload_only",),
+    "use_flash_attn": ("--use_flash_attn", "--flash_attn"),
+    "swiglu": ("--swiglu",),
+    "enable_sequence_parallel": ("--sp", "--sp-enable", "--enable_sequence_parallel"),
+    "moe_enable": ("--moe_enable", "--moe_enabled", "--me_enable"),
+    "moe_grouped_gemm": ("--grouped_gemm", "--moe_grouped_gemm"),
+    "recompute_activations": ("--recompute_activations", "--recompute"),
+    "use_distributed_optimizer": ("--use_distributed_optimizer", "--use-distributed-optimizer"),
+}
+
+# megatron_gpt.sh: tp 8 unless a size says otherwise, global batch = 2 micro-batches per replica,
+# the distributed optimizer always on.
+MEGATRON_GPT = Script(
+    "megatron_gpt", _COMMON_VALUES, _COMMON_SWITCHES,
+    defaults={"frame": "Megatron", "model_size": "13", "seq_length": "2048", "micro_batch": "1", "epoch_num": "1",
+              "tensor_model_parallel_size": "8", "pipeline_model_parallel": "1", "context_parallel_size": "1"},
+    size_defaults={"405": {"pipeline_model_parallel": "16"}, "65": {"pipeline_model_parallel": "2"},
+                   "moe": {"tensor_model_parallel_size": "2"}},
+)
+# megatron_workload_with_aiob.sh: 32 GPUs, tp 8 (4 for -m 7 and moe), global batch 1024, seq 4096.
+MEGATRON_WORKLOAD_WITH_AIOB = Script(
+    "megatron_workload_with_aiob", _COMMON_VALUES, _COMMON_SWITCHES,
+    defaults={"frame": "Megatron", "model_size": "13", "world_size": "32", "tensor_model_parallel_size": "8",
+              "pipeline_model_parallel": "1", "global_batch": "1024", "micro_batch": "1", "seq_length": "4096",
+              "epoch_num": "1"},
+    size_defaults={"7": {"tensor_model_parallel_size": "4"}, "moe": {"tensor_model_parallel_size": "4"}},
+)
+SCRIPTS = {s.name: s for s in (MEGATRON_GPT, MEGATRON_WORKLOAD_WITH_AIOB)}
+# Uneven stages for Llama 3 405B on 16 stages (7 + 14 x 8 + 7 = 126 layers), as Meta trained it.
+_UNEVEN = {("405", "16"): ("7", "7")}
+
+
+def parse_script_args(script: Script, argv: list[str]) -> tuple[dict[str, str], set[str], list[str]]:
+    """Split ``argv`` into the script's values, its switches, and the rest (passed on)."""
+    values: dict[str, str] = {}
+    switches: set[str] = set()
+    rest: list[str] = []
+    by_flag = {flag: key for key, flags in script.values.items() for flag in flags}
+    switch_by_flag = {flag: key for key, flags in script.switches.items() for flag in flags}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        flag, eq, inline = arg.partition("=")
+        if flag in by_flag:
+            if eq:
+                values[by_flag[flag]] = inline
+            else:
+                if i + 1 >= len(argv):
+                    raise ConfigError(f"{flag} needs a value")
+                values[by_flag[flag]] = argv[i + 1]
+                i += 1
+        elif arg in switch_by_flag:
+            switches.add(switch_by_flag[arg])
+        else:
+            rest.append(arg)
+        i += 1
+    return values, switches, rest
+
+
+def command_for(script: Script, argv: list[str], gpus_on_node: int | None = None) -> list[str]:
+    """The command the script runs for ``argv`` (the generator, or torchrun for a replay)."""
+    given, switches, rest = parse_script_args(script, argv)
+    values = dict(script.defaults)
+    size = given.get("model_size", values.get("model_size"))
+    if "model_name" in given:
+        values.pop("model_size", None)
+        size = None
+    values.update(script.size_defaults.get(str(size), {}))
+    values.update(given)
+    if size is not None:
+        values["model_size"] = str(size)
+    nnodes = int(values.pop("nnodes", os.environ.get("WORLD_SIZE", "1")))
+    nproc = int(values.pop("nproc_per_node", gpus_on_node or _gpus_on_node()))
+    launcher = {k: values.pop(k) for k in ("node_rank", "master_addr", "master_port") if k in values}
+    if "world_size" not in values:
+        values["world_size"] = str(nnodes * nproc)
+    world, tp = int(values["world_size"]), int(values["tensor_model_parallel_size"])
+    pp, cp = int(values["pipeline_model_parallel"]), int(values.get("context_parallel_size", 1))
+    if "global_batch" not in values and world % (tp * pp * cp) == 0:
+        values["global_batch"] = str(2 * (world // (tp * pp * cp)) * int(values["micro_batch"]))
+    uneven = _UNEVEN.get((str(size), values["pipeline_model_parallel"]))
+    if uneven and "num_layers" not in given:
+        rest = ["--decoder_first_pipeline_num_layers", uneven[0], "--decoder_last_pipeline_num_layers", uneven[1], *rest]
+    if script is MEGATRON_GPT:
+        switches.add("use_distributed_optimizer")
+    args = [f"--{key}={value}" if not key.startswith("-") else key for key, value in values.items()]
+    args += ["--use-distributed-optimizer" if s == "use_distributed_optimizer" else f"--{s}" for s in sorted(switches)]
+    args += rest
+    if script is MEGATRON_WORKLOAD_WITH_AIOB:
+        return [sys.executable, "-m", "workload_generator.SimAI_training_workload_generator", *args]
+    if "workload_only" in switches:
+        return [sys.executable, "-m", "workload_generator.generate_megatron_workload", *args]
+    torchrun = shutil.which("torchrun") or "torchrun"
+    launch = [torchrun, "--nnodes", str(nnodes), "--nproc_per_node", str(nproc)]
+    for key in ("node_rank", "master_addr", "master_port"):
+        if key in launcher:
+            launch += [f"--{key}", launcher[key]]
+    return [*launch, "aicb.py", *args]
+
+
+def _gpus_on_node() -> int:
+    """GPUs on this node (``nvidia-smi -L``), or 8 on a machine without NVIDIA's tools."""
+    if shutil.which("nvidia-smi"):
+        try:
+            listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+            count = sum(1 for line in listing.splitlines() if line.startswith("GPU "))
+            if count:
+                return count
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return 8
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in SCRIPTS:
+        raise ConfigError(f"usage: python -m utils.aicb_scripts {{{'|'.join(SCRIPTS)}}} [flags]")
+    cmd = command_for(SCRIPTS[argv[0]], argv[1:])
+    print("+ " + shlex.join(cmd), flush=True)
+    return subprocess.run(cmd).returncode
+
+
+if __name__ == "__main__":
+    from utils.cli import run_main
+
+    run_main(lambda: main(sys.argv[1:]), "aicb script")

@@ -1,0 +1,29 @@
+"""AICB-compatible entry: write the Megatron workload CSV of one pipeline rank.
+
+    python -m workload_generator.generate_megatron_workload --model_name gpt_13B --world_size 64 \\
+        --tensor_model_parallel_size 8 --global_batch 64 --micro_batch 1 --seq_length 2048 --output w.csv
+
+Flags are AICB's (see ``python -m workload_generator.generate_megatron_workload --help``).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from utils.cli import parse_job, run_main
+from workload_generator.entry import build_workload, default_workload_path
+
+PROG = "generate_megatron_workload"
+
+
+def main(argv: list[str] | None = None) -> int:
+    job, values = parse_job(argv, PROG, "Write the AICB workload CSV of a Megatron training iteration.")
+    workload = build_workload(job)
+    path = values.get("output") or default_workload_path(job, values, "megatron")
+    workload.dump(path)
+    print(f"Workload file generated: {path} ({len(workload)} items, pipeline rank {job.parallel.pp_rank})")
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(lambda: main(sys.argv[1:]), PROG)

@@ -1,0 +1,88 @@
+"""The workload generator driver: init, then per iteration the pipeline schedule's forwards,
+backwards and p2p calls, then the step; ``epoch_end`` markers separate the blocks.
+
+Subclasses (Megatron, DeepSpeed, ...) say what each part communicates; the driver owns the order.
+"""
+
+from __future__ import annotations
+
+from utils.config import JobConfig
+from workload_generator.schedules import Step, pipeline_schedule
+from workload_generator.workload import CommGroup, CommType, WorkItem, Workload
+
+_P2P_PEER = {"send_next": 1, "recv_next": 1, "send_prev": -1, "recv_prev": -1}
+
+
+class WorkloadGenerator:
+    """Produce the :class:`Workload` of one rank of a job.
+
+    ``generator()`` returns the workload: init items, an ``epoch_end`` marker, then for each of
+    ``--epoch_num`` iterations the schedule's items and the step's, each followed by ``epoch_end``.
+    """
+
+    name = "workload_generator"
+
+    def __init__(self, job: JobConfig, rank: int = 0) -> None:
+        self.job = job
+        self.rank = rank
+
+    def __call__(self) -> Workload:
+        items: list[WorkItem] = []
+        self.init(items)
+        items.append(WorkItem(CommType.epoch_end))
+        for _ in range(self.job.training.epoch_num):
+            self.iteration(items)
+            items.append(WorkItem(CommType.epoch_end))
+        return Workload(items=items, config=self.job, rank=self.rank)
+
+    # ---- parts a subclass fills in --------------------------------------------------------------
+
+    def init(self, out: list[WorkItem]) -> None:
+        """Items before the first iteration (model setup)."""
+
+    def schedule(self) -> list[Step]:
+        """The steps of one iteration on this rank (default: every micro-batch forward then backward)."""
+        return pipeline_schedule(1, 0, self.job.parallel.ga)
+
+    def forward(self, out: list[WorkItem], step: Step) -> None:
+        """Items of one micro-batch's forward on one model chunk."""
+
+    def backward(self, out: list[WorkItem], step: Step) -> None:
+        """Items of one micro-batch's backward on one model chunk."""
+
+    def p2p(self, out: list[WorkItem], step: Step) -> None:
+        """Items of one pipeline p2p call (one item per batched operation)."""
+
+    def step(self, out: list[WorkItem]) -> None:
+        """Items after the last backward of an iteration (gradient sync, optimizer)."""
+
+    # ---- the driver -----------------------------------------------------------------------------
+
+    def iteration(self, out: list[WorkItem]) -> None:
+        for step in self.schedule():
+            if step.kind == "F":
+                self.forward(out, step)
+            elif step.kind == "B":
+                self.backward(out, step)
+            else:
+                self.p2p(out, step)
+        self.step(out)
+
+
+def p2p_items(step: Step, nbytes: int, pp: int, pp_rank: int) -> list[WorkItem]:
+    """One isend/irecv item per operation of a p2p call, in Megatron's batching order.
+
+    ``additional`` is the direction (``send_next``, ...), the stage ``<phase>.<megatron function>``
+    (the replay batches consecutive items of one call), and ``dst``/``src`` the peer's index in the
+    pipeline group (wrapping around, as the interleaved schedule does).
+    """
+    stage = f"{step.phase}.{step.name}"
+    out = []
+    for op in step.ops:
+        peer = (pp_rank + _P2P_PEER[op]) % pp
+        send = op.startswith("send")
+        out.append(WorkItem(
+            comm_type=CommType.isend if send else CommType.irecv, comm_group=CommGroup.pp_group, comm_group_size=pp,
+            msg_size=nbytes, stage=stage, dst=peer if send else None, src=None if send else peer, additional=op,
+        ))
+    return out

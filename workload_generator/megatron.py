@@ -1,0 +1,229 @@
+"""Megatron-LM training workloads: every collective and computation of one iteration of one
+pipeline rank (tensor-parallel rank 0, data-parallel rank 0 of that stage), in execution order.
+
+References (Megatron-LM core_r0.8): ``megatron/training/training.py`` (``pretrain``, ``train_step``),
+``pretrain_gpt.py`` (``get_batch``, ``loss_func``), ``megatron/training/utils.py``
+(``get_batch_on_this_tp_rank``), ``core/pipeline_parallel/schedules.py``,
+``core/distributed/finalize_model_grads.py``, ``core/distributed/param_and_grad_buffer.py`` and
+``core/optimizer`` (gradient clipping, distributed optimizer).
+"""
+
+from __future__ import annotations
+
+from mocked_model.base import MockedModule, MockedParam, comm
+from mocked_model.megatron import MegatronChunk, MegatronContext, chunk_layout
+from utils.config import JobConfig
+from utils.errors import ConfigError
+from workload_generator.buckets import Bucket, default_bucket_size, grad_buckets
+from workload_generator.generator import WorkloadGenerator, p2p_items
+from workload_generator.schedules import Step, pipeline_schedule
+from workload_generator.workload import CommGroup, CommType, WorkItem, Workload
+
+AR, AG, RS, BC, BARRIER = (CommType.all_reduce, CommType.all_gather, CommType.reduce_scatter, CommType.broadcast,
+                           CommType.barrier)
+GRAD_BYTES = 4
+"""Megatron reduces gradients in fp32 main-grad buffers (``accumulate_allreduce_grads_in_fp32`` is
+forced on with bf16)."""
+
+
+class MegatronWorkload(WorkloadGenerator):
+    """The workload of pipeline rank ``pp_rank`` (default ``--pp_rank``) of a Megatron job.
+
+    ``chunk_factory`` builds the model chunks (the MoE and DeepSeek generators pass their own).
+    """
+
+    name = "megatron"
+
+    def __init__(self, job: JobConfig, pp_rank: int | None = None, chunk_factory=None) -> None:
+        p = job.parallel
+        if p.cp > 1:
+            raise ConfigError("--context-parallel-size > 1 is not modelled by the Megatron generator (its attention "
+                              "communication is not generated); use --context-parallel-size 1")
+        self.pp_rank = p.pp_rank if pp_rank is None else pp_rank
+        if not 0 <= self.pp_rank < p.pp:
+            raise ConfigError(f"--pp_rank {self.pp_rank} is outside 0..{p.pp - 1}")
+        super().__init__(job, rank=p.rank_generator().rank_at(pp=self.pp_rank))
+        self.ctx = MegatronContext.of(job)
+        factory = chunk_factory or MegatronChunk
+        self.chunks: list[MegatronChunk] = [
+            factory(job, first, count, pre, post, self.ctx) for first, count, pre, post in chunk_layout(job, self.pp_rank)
+        ]
+        self.tied = not job.model.untie_embeddings_and_output_weights
+        if self.tied and p.pp > 1:
+            for chunk in self.chunks:
+                for param in chunk.parameters():
+                    if param.shared_copy or param.name == "embedding.word_embeddings.weight":
+                        param.shared_embedding = True
+        self.buckets = [self._buckets(chunk) for chunk in self.chunks]
+        self._batch_cache: dict[int, list[WorkItem]] = {}
+        self._p2p_cache: dict[tuple[str, tuple[str, ...]], list[WorkItem]] = {}
+        self._synced_backward: dict[int, list[WorkItem]] = {}
+
+    # ---- sizes ----------------------------------------------------------------------------------
+
+    @property
+    def p2p_bytes(self) -> int:
+        """One pipeline activation: ``seq * micro_batch * hidden * dtype`` (``seq / tp`` with SP)."""
+        c = self.ctx
+        return c.seq_local * c.micro * c.hidden * c.dtype_bytes
+
+    def _bucket_size(self) -> int | None:
+        p, t = self.job.parallel, self.job.training
+        if not t.overlap_grad_reduce or self.pp_rank > 0:
+            return None
+        return t.ddp_bucket_size or default_bucket_size(p.dp)
+
+    def dense_params(self, chunk: MockedModule) -> list[MockedParam]:
+        return [q for q in chunk.parameters() if not q.is_expert]
+
+    def _buckets(self, chunk: MockedModule) -> list[Bucket]:
+        shared = frozenset(q.name for q in chunk.parameters() if q.shared_embedding)
+        return grad_buckets(self.dense_params(chunk), self.job.parallel.dp, self._bucket_size(),
+                            self.job.training.use_distributed_optimizer, shared)
+
+    # ---- init -----------------------------------------------------------------------------------
+
+    def init(self, out: list[WorkItem]) -> None:
+        """``initialize_megatron`` and ``pretrain`` setup: the compile barrier, the start-time
+        all-reduce (fp64, MIN), ``print_datetime`` barriers, and the tied-embedding sync between the
+        first and last stage (``setup_embeddings_and_output_layer``)."""
+        p = self.job.parallel
+        if p.world_size == 1:
+            return
+        world = CommGroup.all_nodes
+        out.append(comm(BARRIER, world, p.world_size, 0, "init.compile_dependencies"))
+        out.append(comm(AR, world, p.world_size, 8, "init.start_time"))
+        out.append(comm(BARRIER, world, p.world_size, 0, "init.print_datetime"))
+        if self.tied and p.pp > 1 and any(c.shares_embedding for c in self.chunks):
+            out.append(comm(AR, CommGroup.embedding_group, 2, self._embedding_numel() * self.ctx.dtype_bytes,
+                            "init.setup_embeddings_and_output_layer"))
+        out.append(comm(BARRIER, world, p.world_size, 0, "init.print_datetime"))
+        out.append(comm(BARRIER, world, p.world_size, 0, "init.print_datetime"))
+
+    def _embedding_numel(self) -> int:
+        return self.job.padded_vocab_size // self.ctx.tp * self.job.model.hidden_size
+
+    # ---- one iteration --------------------------------------------------------------------------
+
+    def schedule(self) -> list[Step]:
+        p = self.job.parallel
+        return pipeline_schedule(p.pp, self.pp_rank, p.ga, len(self.chunks))
+
+    def forward(self, out: list[WorkItem], step: Step) -> None:
+        chunk = self.chunks[step.chunk]
+        out.extend(self._get_batch(step.chunk))
+        out.extend(chunk.forward_items())
+
+    def backward(self, out: list[WorkItem], step: Step) -> None:
+        chunk = self.chunks[step.chunk]
+        overlap = self.job.training.overlap_grad_reduce and self.job.parallel.dp > 1
+        if overlap and step.microbatch == self.job.parallel.ga - 1:
+            out.extend(self._backward_with_grad_sync(step.chunk))
+        else:
+            out.extend(chunk.backward_items())
+
+    def p2p(self, out: list[WorkItem], step: Step) -> None:
+        key = (step.name, step.ops)
+        items = self._p2p_cache.get(key)
+        if items is None:
+            items = self._p2p_cache[key] = p2p_items(step, self.p2p_bytes, self.job.parallel.pp, self.pp_rank)
+        out.extend(items)
+
+    def _get_batch(self, index: int) -> list[WorkItem]:
+        """``get_batch_on_this_tp_rank``: TP rank 0 broadcasts the batch tensors the stage needs."""
+        cached = self._batch_cache.get(index)
+        if cached is not None:
+            return cached
+        chunk, c, p = self.chunks[index], self.ctx, self.job.parallel
+        items: list[WorkItem] = []
+        if c.tp > 1 and (chunk.pre_process or chunk.post_process):
+            b, s = c.micro, c.seq
+            mask = self.job.training.extra.get("no_create_attention_mask_in_dataloader") is not True
+            tensors = {"tokens": b * s * 8, "labels": b * s * 8, "loss_mask": b * s * 4,
+                       "attention_mask": b * s * s if mask else 0, "position_ids": b * s * 8}
+            if p.pp == 1:
+                names = ["tokens", "labels", "loss_mask", "attention_mask", "position_ids"]
+            elif chunk.pre_process:
+                names = ["tokens", "attention_mask", "position_ids"]
+            else:
+                names = ["labels", "loss_mask", "attention_mask"]
+            for name in names:
+                if tensors[name]:
+                    items.append(comm(BC, CommGroup.tp_group, c.tp, tensors[name], "forward_step.get_batch", src=0))
+        self._batch_cache[index] = items
+        return items
+
+    def _grad_collectives(self, index: int, buckets: list[Bucket], stage: str) -> list[WorkItem]:
+        p = self.job.parallel
+        if p.dp == 1:
+            return []
+        ctype = RS if self.job.training.use_distributed_optimizer else AR
+        return [comm(ctype, CommGroup.dp_group, p.dp, b.numel * GRAD_BYTES, stage, meta={"bucket": b.index, "chunk": index})
+                for b in buckets]
+
+    def _backward_with_grad_sync(self, index: int) -> list[WorkItem]:
+        """The last micro-batch's backward of a chunk with ``--overlap_grad_reduce``: each bucket's
+        reduction is issued as soon as its last parameter's gradient is produced."""
+        cached = self._synced_backward.get(index)
+        if cached is not None:
+            return cached
+        chunk, buckets = self.chunks[index], self.buckets[index]
+        closing: dict[str, list[Bucket]] = {}
+        for bucket in buckets:
+            closing.setdefault(bucket.last_param, []).append(bucket)
+        out: list[WorkItem] = []
+        for module, items in chunk.backward_segments():
+            out.extend(items)
+            for param in module.params:
+                for bucket in closing.get(param.name, ()):
+                    out.extend(self._grad_collectives(index, [bucket], "backward.overlap_grad_reduce"))
+        self._synced_backward[index] = out
+        return out
+
+    def step(self, out: list[WorkItem]) -> None:
+        """``finalize_model_grads`` then the optimizer step."""
+        p, t, c = self.job.parallel, self.job.training, self.ctx
+        overlapped = t.overlap_grad_reduce
+        for index, buckets in enumerate(self.buckets):
+            if not overlapped:
+                out.extend(self._grad_collectives(index, buckets, "step.finish_grad_sync"))
+        self.expert_grad_sync(out)
+        if c.tp > 1:
+            sp_numel = sum(q.numel for chunk in self.chunks for q in chunk.parameters() if q.sequence_parallel)
+            if sp_numel:
+                out.append(comm(AR, CommGroup.tp_group, c.tp, sp_numel * GRAD_BYTES, "step._allreduce_layernorm_grads"))
+        if self.tied and p.pp > 1 and any(chunk.shares_embedding for chunk in self.chunks):
+            out.append(comm(AR, CommGroup.embedding_group, 2, self._embedding_numel() * GRAD_BYTES,
+                            "step._allreduce_word_embedding_grads"))
+        self.optimizer_step(out)
+
+    def expert_grad_sync(self, out: list[WorkItem]) -> None:
+        """Expert-parallel gradient reduction (the MoE generator fills this in)."""
+
+    def optimizer_step(self, out: list[WorkItem]) -> None:
+        """Gradient-norm all-reduce (fp32; over the model-parallel group, or every rank with the
+        distributed optimizer), fp16's overflow check, and the distributed optimizer's parameter
+        all-gather per bucket."""
+        p, t = self.job.parallel, self.job.training
+        dist_opt = t.use_distributed_optimizer
+        group, size = (CommGroup.all_nodes, p.world_size) if dist_opt else (CommGroup.mp_group, p.tp * p.pp)
+        if t.dtype.lower() in ("float16", "fp16") and size > 1:
+            out.append(comm(AR, group, size, 4, "step._unscale_main_grads_and_check_for_nan"))
+        if size > 1:
+            out.append(comm(AR, group, size, 4, "step.clip_grad_norm"))
+        if dist_opt and p.dp > 1:
+            for index, buckets in enumerate(self.buckets):
+                for b in buckets:
+                    out.append(comm(AG, CommGroup.dp_group, p.dp, b.numel * self.ctx.dtype_bytes, "step.param_all_gather",
+                                    meta={"bucket": b.index, "chunk": index}))
+
+    # ---- views ----------------------------------------------------------------------------------
+
+    def num_params(self) -> int:
+        """Parameters this rank holds (shared copies included: they occupy memory and buffers)."""
+        return sum(q.numel for chunk in self.chunks for q in chunk.parameters())
+
+
+def megatron_pipeline(job: JobConfig, generator_class=MegatronWorkload) -> list[Workload]:
+    """The workload of every pipeline stage (tp rank 0, dp rank 0 of each), for the simulator."""
+    return [generator_class(job, pp_rank=stage)() for stage in range(job.parallel.pp)]
