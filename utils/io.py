@@ -24,6 +24,10 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", newline: str | None =
         kwargs = {} if "b" in mode else {"newline": newline, "encoding": "utf-8"}
         with os.fdopen(fd, mode, **kwargs) as handle:
             yield handle
+        # mkstemp creates 0600 files; give the result the permissions a plain open() would
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:
         try:

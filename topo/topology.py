@@ -1,0 +1,545 @@
+"""Read SimAI topology files and model what a simulator needs from them.
+
+The file format (``shared/FORMATS.md`` section 3, ``shared/TOPOLOGY.md`` section 2)::
+
+    line 1: <total nodes> <gpus per server> <nvswitch count> <other switch count> <link count> <gpu type>
+    line 2: <switch id> ... (the first <nvswitch count> are NVSwitches, the rest packet switches)
+    then exactly <link count> lines: <src> <dst> <bandwidth> <latency> <error rate>
+
+SimAI's ns-3 reader takes whitespace-separated tokens, so line 2 may or may not end with a space and
+the last line may or may not end with a newline; both are accepted.  We are stricter than that reader
+where it would misread silently: every link sits on its own line of 5 fields, the header's link count
+equals the number of link lines, ids lie in ``0 .. total-1``, GPUs are ``0 .. G-1`` (G = total minus
+switches; SimAI maps rank r to node r) and G is a multiple of the GPUs per server (GPU g is on server
+``g // gps``).  Errors are :class:`~utils.errors.FormatError` naming the file, line and field.
+
+Units: bandwidths are bits per second (``*_bps``) with byte versions (``*_bytes_per_s`` = bps / 8);
+latencies are seconds (``*_s``).  The link strings are kept as written, so :meth:`Topology.to_text`
+gives back the generator's bytes.
+
+Tiers are read from the wiring, not from id order: NVSwitches are the header's; a packet switch
+linked to a GPU is an ``ASW``, one linked to an ASW (and no GPU) a ``PSW``, the next level ``core``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+from itertools import chain
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+
+from topo.units import bytes_per_s, parse_bandwidth, parse_error_rate, parse_latency
+from utils.errors import FormatError
+from utils.io import atomic_write
+
+if TYPE_CHECKING:
+    from topo.paths import Path, Router
+
+HEADER_FIELDS = ("total_nodes", "gpus_per_server", "nvswitch_count", "other_switch_count", "link_count", "gpu_type")
+LINK_FIELDS = ("src", "dst", "bandwidth", "latency", "error_rate")
+TIER_NAMES = {1: "ASW", 2: "PSW", 3: "core"}
+"""Packet-switch tier by distance (in switch hops) from the GPUs; deeper tiers are ``tier4`` ..."""
+
+GPU, NVSWITCH, PACKET_SWITCH = 0, 1, 2
+"""Node kinds (:attr:`Topology.node_kind`)."""
+
+
+class Link(NamedTuple):
+    """One link line as written (bandwidth bits per second, latency as an ns-3 time string)."""
+
+    src: int
+    dst: int
+    bandwidth: str
+    latency: str
+    error_rate: str
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Topology:
+    """A SimAI topology: nodes, links (as numpy columns) and the quantities derived from the wiring.
+
+    Links are columns: ``src``, ``dst`` (node ids) and, for bandwidth, latency and error rate, a code
+    per link into a tuple of the distinct strings (``bandwidth_strings[bandwidth_codes[i]]``).
+    """
+
+    node_count: int
+    gpus_per_server: int
+    nvswitch_count: int
+    gpu_type: str
+    switch_ids: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    bandwidth_codes: np.ndarray
+    bandwidth_strings: tuple[str, ...]
+    latency_codes: np.ndarray
+    latency_strings: tuple[str, ...]
+    error_codes: np.ndarray
+    error_strings: tuple[str, ...]
+    source: str | None = None
+    """The file it was read from (None when built in memory)."""
+
+    @classmethod
+    def from_arrays(cls, *, gpus_per_server: int, nvswitch_count: int, gpu_type: str, switch_ids: np.ndarray,
+                    src: np.ndarray, dst: np.ndarray, bandwidth_codes: np.ndarray, bandwidth_strings: tuple[str, ...],
+                    latency_codes: np.ndarray, latency_strings: tuple[str, ...], error_codes: np.ndarray,
+                    error_strings: tuple[str, ...], node_count: int | None = None, source: str | None = None,
+                    ) -> Topology:
+        """A topology from columns (the generator's path: no validation).  ``node_count`` defaults to
+        the highest switch id + 1 (SimAI numbers switches after the GPUs)."""
+        if node_count is None:
+            node_count = int(switch_ids.max()) + 1 if len(switch_ids) else 0
+        return cls(node_count, gpus_per_server, nvswitch_count, gpu_type, np.asarray(switch_ids), np.asarray(src),
+                   np.asarray(dst), np.asarray(bandwidth_codes), tuple(bandwidth_strings), np.asarray(latency_codes),
+                   tuple(latency_strings), np.asarray(error_codes), tuple(error_strings), source)
+
+    def __repr__(self) -> str:
+        return (f"Topology(source={self.source!r}, gpus={self.gpu_count}, gpus_per_server={self.gpus_per_server}, "
+                f"nvswitches={self.nvswitch_count}, other_switches={self.other_switch_count}, links={self.link_count}, "
+                f"gpu_type={self.gpu_type!r})")
+
+    # ---- counts ---------------------------------------------------------------------------------
+    @property
+    def gpu_count(self) -> int:
+        return self.node_count - len(self.switch_ids)
+
+    @property
+    def other_switch_count(self) -> int:
+        """Packet switches (ASW, PSW, core): the header's fourth field."""
+        return len(self.switch_ids) - self.nvswitch_count
+
+    @property
+    def link_count(self) -> int:
+        return len(self.src)
+
+    @property
+    def server_count(self) -> int:
+        return self.gpu_count // self.gpus_per_server
+
+    def server_of(self, gpu: int) -> int:
+        """The server of GPU ``gpu`` (``gpu // gpus_per_server``, SimAI's placement)."""
+        return gpu // self.gpus_per_server
+
+    def gpus_of_server(self, server: int) -> range:
+        """GPU ids of ``server``."""
+        return range(server * self.gpus_per_server, (server + 1) * self.gpus_per_server)
+
+    def link(self, i: int) -> Link:
+        """Link ``i`` (0-based, file order) as written."""
+        return Link(int(self.src[i]), int(self.dst[i]), self.bandwidth_strings[self.bandwidth_codes[i]],
+                    self.latency_strings[self.latency_codes[i]], self.error_strings[self.error_codes[i]])
+
+    # ---- per-link numbers -----------------------------------------------------------------------
+    @cached_property
+    def bandwidth_bps(self) -> np.ndarray:
+        """Bandwidth of each link, bits per second (float64)."""
+        return np.array([parse_bandwidth(s) for s in self.bandwidth_strings], dtype=np.float64)[self.bandwidth_codes]
+
+    @property
+    def bandwidth_bytes_per_s(self) -> np.ndarray:
+        """Bandwidth of each link, bytes per second."""
+        return bytes_per_s(self.bandwidth_bps)
+
+    @cached_property
+    def latency_s(self) -> np.ndarray:
+        """Latency of each link, seconds (float64)."""
+        return np.array([parse_latency(s) for s in self.latency_strings], dtype=np.float64)[self.latency_codes]
+
+    @cached_property
+    def error_rate(self) -> np.ndarray:
+        """Packet error rate of each link (0 = ns-3's global model applies)."""
+        return np.array([parse_error_rate(s) for s in self.error_strings], dtype=np.float64)[self.error_codes]
+
+    # ---- nodes and tiers ------------------------------------------------------------------------
+    @cached_property
+    def node_kind(self) -> np.ndarray:
+        """Per node: :data:`GPU`, :data:`NVSWITCH` or :data:`PACKET_SWITCH` (the header's roles)."""
+        kind = np.full(self.node_count, GPU, dtype=np.int8)
+        kind[self.switch_ids[: self.nvswitch_count]] = NVSWITCH
+        kind[self.switch_ids[self.nvswitch_count:]] = PACKET_SWITCH
+        return kind
+
+    @cached_property
+    def level(self) -> np.ndarray:
+        """Per node: 0 for GPUs, k >= 1 for a packet switch k switch hops above the GPUs (1 = ASW,
+        2 = PSW, 3 = core), -1 for NVSwitches and packet switches no GPU reaches."""
+        kind = self.node_kind
+        level = np.where(kind == GPU, 0, -1).astype(np.int64)
+        s, d = self.src, self.dst
+        packet = (kind[s] == PACKET_SWITCH) & (kind[d] == PACKET_SWITCH)
+        ends = np.concatenate([d[(kind[s] == GPU) & (kind[d] == PACKET_SWITCH)],
+                               s[(kind[d] == GPU) & (kind[s] == PACKET_SWITCH)]])
+        level[ends] = 1
+        u, v = np.concatenate([s[packet], d[packet]]), np.concatenate([d[packet], s[packet]])
+        k = 1
+        while True:
+            grow = (level[u] == k) & (level[v] == -1)
+            if not grow.any():
+                return level
+            level[v[grow]] = k + 1
+            k += 1
+
+    def tier_of(self, node: int) -> str:
+        """``GPU``, ``NVSwitch``, ``ASW``, ``PSW``, ``core`` (``tierN`` deeper), or ``unreached``."""
+        kind = self.node_kind[node]
+        if kind == GPU:
+            return "GPU"
+        if kind == NVSWITCH:
+            return "NVSwitch"
+        lev = int(self.level[node])
+        return TIER_NAMES.get(lev, f"tier{lev}") if lev > 0 else "unreached"
+
+    @cached_property
+    def tiers(self) -> dict[str, np.ndarray]:
+        """Switch ids per tier, ascending: always ``NVSwitch``, ``ASW``, ``PSW``, ``core`` (maybe
+        empty), then any deeper tier and ``unreached`` switches when present."""
+        packet = self.switch_ids[self.nvswitch_count:]
+        out = {"NVSwitch": np.sort(self.switch_ids[: self.nvswitch_count])}
+        levels = self.level[packet]
+        for lev in [1, 2, 3, *sorted(set(levels.tolist()) - {1, 2, 3, -1})]:
+            out[TIER_NAMES.get(lev, f"tier{lev}")] = np.sort(packet[levels == lev])
+        if (levels == -1).any():
+            out["unreached"] = np.sort(packet[levels == -1])
+        return out
+
+    # ---- per-GPU links --------------------------------------------------------------------------
+    def _gpu_links(self, other_kind: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(gpu, other end, link index) of every GPU link whose other end is of ``other_kind``,
+        ordered by link index."""
+        if other_kind not in self._gpu_link_cache:
+            kind, s, d = self.node_kind, self.src, self.dst
+            idx = np.flatnonzero(((kind[s] == GPU) & (kind[d] == other_kind)) | ((kind[d] == GPU) & (kind[s] == other_kind)))
+            forward = kind[s[idx]] == GPU
+            self._gpu_link_cache[other_kind] = (np.where(forward, s[idx], d[idx]), np.where(forward, d[idx], s[idx]), idx)
+        return self._gpu_link_cache[other_kind]
+
+    @cached_property
+    def _gpu_link_cache(self) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        return {}
+
+    def _per_gpu(self, other_kind: int) -> np.ndarray:
+        gpu, _, idx = self._gpu_links(other_kind)
+        return np.bincount(gpu, weights=self.bandwidth_bps[idx], minlength=self.gpu_count)[: self.gpu_count]
+
+    @cached_property
+    def nvlink_bps_per_gpu(self) -> np.ndarray:
+        """Per GPU: the sum of its GPU-NVSwitch link bandwidths, bits per second (SIM_MODEL.md)."""
+        return self._per_gpu(NVSWITCH)
+
+    @cached_property
+    def nic_bps_per_gpu(self) -> np.ndarray:
+        """Per GPU: the sum of its network (GPU-packet switch) link bandwidths, bits per second."""
+        return self._per_gpu(PACKET_SWITCH)
+
+    @cached_property
+    def nic_ports_per_gpu(self) -> np.ndarray:
+        """Per GPU: its network links (1 single ToR, 2 dual ToR)."""
+        gpu, _, _ = self._gpu_links(PACKET_SWITCH)
+        return np.bincount(gpu, minlength=self.gpu_count)[: self.gpu_count]
+
+    @property
+    def nvlink_bps(self) -> float:
+        """NVLink bandwidth per GPU, bits per second (the slowest GPU's; all alike in generated files)."""
+        return float(self.nvlink_bps_per_gpu.min()) if self.gpu_count else 0.0
+
+    @property
+    def nic_bps(self) -> float:
+        """Network bandwidth per GPU (all its NIC ports), bits per second (the slowest GPU's)."""
+        return float(self.nic_bps_per_gpu.min()) if self.gpu_count else 0.0
+
+    @property
+    def nic_bps_per_server(self) -> float:
+        """Network bandwidth of one server (all its GPUs' NIC ports), bits per second (the slowest server's)."""
+        per_server = self.nic_bps_per_gpu.reshape(self.server_count, self.gpus_per_server).sum(axis=1)
+        return float(per_server.min()) if self.server_count else 0.0
+
+    @property
+    def nics_per_server(self) -> int:
+        """GPUs with a network link in one server (the fewest over servers): one NIC per GPU in SimAI's shapes."""
+        has_nic = (self.nic_ports_per_gpu > 0).reshape(self.server_count, self.gpus_per_server).sum(axis=1)
+        return int(has_nic.min()) if self.server_count else 0
+
+    @property
+    def nvlink_bytes_per_s(self) -> float:
+        return bytes_per_s(self.nvlink_bps)
+
+    @property
+    def nic_bytes_per_s(self) -> float:
+        return bytes_per_s(self.nic_bps)
+
+    @property
+    def nic_bytes_per_s_per_server(self) -> float:
+        return bytes_per_s(self.nic_bps_per_server)
+
+    def nic_switches(self, gpu: int) -> tuple[int, ...]:
+        """The packet switches (ASWs) GPU ``gpu``'s NIC ports reach, in file order."""
+        return self._router.attachments(gpu, network=True)
+
+    # ---- structure read from the wiring ---------------------------------------------------------
+    @cached_property
+    def rail_optimized(self) -> bool:
+        """True when every ASW serves one local GPU index (``g % gps``) only: rail k of every server
+        meets on its own ASWs (FORMATS.md section 3).  A one-GPU-per-server file is never "rail"."""
+        gpu, sw, _ = self._gpu_links(PACKET_SWITCH)
+        if self.gpus_per_server < 2 or not len(gpu):
+            return False
+        local = gpu % self.gpus_per_server
+        lo = np.full(self.node_count, self.gpus_per_server, dtype=np.int64)
+        hi = np.full(self.node_count, -1, dtype=np.int64)
+        np.minimum.at(lo, sw, local)
+        np.maximum.at(hi, sw, local)
+        used = hi >= 0
+        return bool((lo[used] == hi[used]).all())
+
+    @cached_property
+    def dual_tor(self) -> bool:
+        """True when every GPU's NIC ports reach two or more distinct ASWs (SimAI's dual ToR)."""
+        gpu, sw, _ = self._gpu_links(PACKET_SWITCH)
+        pairs = np.unique(gpu * self.node_count + sw)
+        distinct = np.bincount(pairs // self.node_count, minlength=self.gpu_count)[: self.gpu_count]
+        return bool(self.gpu_count) and bool((distinct >= 2).all())
+
+    @cached_property
+    def planes(self) -> int:
+        """Disjoint packet networks (connected components of the switch-to-switch links): 2 for
+        SimAI's dual plane, 1 otherwise."""
+        return _components(self, max_level=None)
+
+    @cached_property
+    def pods(self) -> int:
+        """Pods: components of the ASW+PSW links, per plane (1 unless a core tier joins several)."""
+        return max(1, _components(self, max_level=2) // max(1, self.planes))
+
+    @property
+    def shape(self) -> str:
+        """SimAI's builder name that matches the wiring (e.g. ``Rail_Opti_DualToR_DualPlane``)."""
+        if self.rail_optimized:
+            if self.dual_tor:
+                return "Rail_Opti_DualToR_DualPlane" if self.planes == 2 else "Rail_Opti_DualToR_SinglePlane"
+            return "Rail_Opti_SingleToR"
+        return "No_Rail_Opti_DualToR" if self.dual_tor else "No_Rail_Opti_SingleToR"
+
+    @cached_property
+    def _up_down(self) -> tuple[np.ndarray, np.ndarray]:
+        level, s, d, bw = self.level, self.src, self.dst, self.bandwidth_bps
+        counted = (level[s] >= 0) & (level[d] >= 0) & (level[s] != level[d])
+        low = np.where(level[s] < level[d], s, d)[counted]
+        high = np.where(level[s] < level[d], d, s)[counted]
+        up = np.bincount(low, weights=bw[counted], minlength=self.node_count)
+        down = np.bincount(high, weights=bw[counted], minlength=self.node_count)
+        return up, down
+
+    @property
+    def uplink_bps(self) -> np.ndarray:
+        """Per node: bandwidth of its links to the tier above, bits per second (GPUs: NIC ports)."""
+        return self._up_down[0]
+
+    @property
+    def downlink_bps(self) -> np.ndarray:
+        """Per node: bandwidth of its links to the tier below, bits per second."""
+        return self._up_down[1]
+
+    @cached_property
+    def oversubscription(self) -> dict[str, float]:
+        """Per packet-switch tier with uplinks: sum of downlink / sum of uplink bandwidth over the
+        tier's switches (1.0 = non-blocking; 2.0 = half the traffic from below can climb).  The top
+        tier (no uplinks) is absent; per-switch figures are :attr:`downlink_bps` / :attr:`uplink_bps`."""
+        up, down = self._up_down
+        out = {}
+        for name, ids in self.tiers.items():
+            if name in ("NVSwitch", "unreached") or not len(ids) or up[ids].sum() <= 0:
+                continue
+            out[name] = float(down[ids].sum() / up[ids].sum())
+        return out
+
+    def summary(self) -> dict[str, object]:
+        """The main numbers in one dict (for printing or a notebook): counts, tiers, per-GPU rates
+        in bits per second, oversubscription per tier and the detected shape."""
+        return dict(
+            gpus=self.gpu_count, servers=self.server_count, gpus_per_server=self.gpus_per_server, gpu_type=self.gpu_type,
+            links=self.link_count, tiers={name: len(ids) for name, ids in self.tiers.items()}, shape=self.shape,
+            rail_optimized=self.rail_optimized, dual_tor=self.dual_tor, planes=self.planes, pods=self.pods,
+            nvlink_bps=self.nvlink_bps, nic_bps=self.nic_bps, nic_bps_per_server=self.nic_bps_per_server,
+            nics_per_server=self.nics_per_server, oversubscription=self.oversubscription,
+        )
+
+    # ---- paths ----------------------------------------------------------------------------------
+    @cached_property
+    def _router(self) -> Router:
+        from topo.paths import Router  # topo.paths imports this module
+        return Router(self)
+
+    def path(self, a: int, b: int) -> Path:
+        """The route from GPU ``a`` to GPU ``b`` as a :class:`topo.paths.Path`: hops, nodes, bottleneck
+        bandwidth (bits per second) and latency (seconds).  Same NVSwitch: over NVLink; else the network."""
+        return self._router.path(a, b)
+
+    # ---- writing --------------------------------------------------------------------------------
+    def header(self) -> str:
+        """Line 1 of the file (without newline)."""
+        return (f"{self.node_count} {self.gpus_per_server} {self.nvswitch_count} {self.other_switch_count} "
+                f"{self.link_count} {self.gpu_type}")
+
+    def to_text(self) -> str:
+        """The file, as SimAI's generator writes it: line 2 ends with a space, every line with ``\\n``."""
+        n_lat, n_err = len(self.latency_strings), len(self.error_strings)
+        combo = (self.bandwidth_codes.astype(np.int64) * n_lat + self.latency_codes) * n_err + self.error_codes
+        kinds, which = np.unique(combo, return_inverse=True)
+        tails = []
+        for c in kinds.tolist():
+            rest, e = divmod(c, n_err)
+            b, lat = divmod(rest, n_lat)
+            tails.append(f" {self.bandwidth_strings[b]} {self.latency_strings[lat]} {self.error_strings[e]}\n")
+        body = "".join([f"{s} {d}{tails[w]}" for s, d, w in zip(self.src.tolist(), self.dst.tolist(), which.tolist())])
+        switches = " ".join(map(str, self.switch_ids.tolist()))
+        return f"{self.header()}\n{switches} \n{body}"
+
+    def write(self, path: str | os.PathLike) -> None:
+        """Write :meth:`to_text` to ``path`` atomically (a temporary file renamed into place)."""
+        with atomic_write(path) as handle:
+            handle.write(self.to_text())
+
+
+def _components(topo: Topology, max_level: int | None) -> int:
+    """Connected components of the packet switches (levels >= 1, <= ``max_level``) over their links."""
+    level, s, d = topo.level, topo.src, topo.dst
+    ok = level >= 1 if max_level is None else (level >= 1) & (level <= max_level)
+    nodes = np.flatnonzero(ok)
+    if not len(nodes):
+        return 0
+    keep = ok[s] & ok[d]
+    u, v = s[keep], d[keep]
+    label = np.arange(topo.node_count)
+    # min-label propagation with pointer jumping; converges in O(diameter) rounds
+    while True:
+        low = np.minimum(label[u], label[v])
+        new = label.copy()
+        np.minimum.at(new, u, low)
+        np.minimum.at(new, v, low)
+        new = new[new]
+        if np.array_equal(new, label):
+            return len(np.unique(label[nodes]))
+        label = new
+
+
+# ---- reading ------------------------------------------------------------------------------------
+def read_topology(path: str | os.PathLike) -> Topology:
+    """Read a SimAI topology file.  Raises :class:`FormatError` (file, line, field) on bad content."""
+    name = os.fspath(path)
+    try:
+        with open(name, encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError as exc:
+        raise FormatError(name, f"cannot read the topology file: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise FormatError(name, "not a text file (expected a SimAI topology)") from None
+    return parse_topology(text, name)
+
+
+def parse_topology(text: str, source: str = "<text>") -> Topology:
+    """Parse the text of a SimAI topology file (see the module docstring for what is checked)."""
+    lines = text.split("\n")
+    while lines and not lines[-1].strip():
+        lines.pop()
+    if not lines:
+        raise FormatError(source, "empty file; expected the header line " + " ".join(f"<{f}>" for f in HEADER_FIELDS),
+                          line=1)
+    header = lines[0].split()
+    if len(header) != 6:
+        raise FormatError(source, f"the header has {len(header)} fields, expected 6: " + " ".join(HEADER_FIELDS), line=1)
+    total, gps, nv, other, n_links = (_int(source, 1, name, tok) for name, tok in zip(HEADER_FIELDS[:5], header))
+    gpu_type = header[5]
+    if gps < 1:
+        raise FormatError(source, f"must be at least 1, got {gps}", line=1, field="gpus_per_server")
+    gpus = total - nv - other
+    if gpus < 1:
+        raise FormatError(source, f"{total} nodes leave no GPUs after {nv} NVSwitches and {other} other switches",
+                          line=1, field="total_nodes")
+    if gpus % gps:
+        raise FormatError(source, f"{gpus} GPUs ({total} - {nv} - {other}) is not a multiple of {gps} GPUs per server",
+                          line=1, field="gpus_per_server")
+    switch_ids = _switch_ids(source, lines[1].split() if len(lines) > 1 else [], gpus, total, nv + other)
+    rows = list(map(str.split, lines[2:]))
+    if len(rows) != n_links:
+        raise FormatError(source, f"the header says {n_links} links but the file has {len(rows)} link lines",
+                          line=1, field="link_count")
+    if n_links and set(map(len, rows)) != {5}:
+        k = next(i for i, row in enumerate(rows) if len(row) != 5)
+        raise FormatError(source, f"{len(rows[k])} fields, expected 5: " + " ".join(LINK_FIELDS), line=3 + k)
+    flat = list(chain.from_iterable(rows))
+    cols = [flat[k::5] for k in range(5)]
+    src = _ids(source, cols[0], "src", total)
+    dst = _ids(source, cols[1], "dst", total)
+    loops = np.flatnonzero(src == dst)
+    if len(loops):
+        raise FormatError(source, f"links node {src[loops[0]]} to itself", line=3 + int(loops[0]), field="dst")
+    bw_codes, bw_strings = _coded(source, cols[2], "bandwidth", parse_bandwidth)
+    lat_codes, lat_strings = _coded(source, cols[3], "latency", parse_latency)
+    err_codes, err_strings = _coded(source, cols[4], "error_rate", parse_error_rate)
+    return Topology(total, gps, nv, gpu_type, switch_ids, src, dst, bw_codes, bw_strings, lat_codes, lat_strings,
+                    err_codes, err_strings, source)
+
+
+def _int(source: str, line: int, field: str, token: str) -> int:
+    try:
+        value = int(token)
+    except ValueError:
+        raise FormatError(source, f"not an integer: {token!r}", line=line, field=field) from None
+    if value < 0:
+        raise FormatError(source, f"must not be negative, got {value}", line=line, field=field)
+    return value
+
+
+def _switch_ids(source: str, tokens: list[str], gpus: int, total: int, expected: int) -> np.ndarray:
+    if len(tokens) != expected:
+        raise FormatError(source, f"lists {len(tokens)} switch ids, the header says {expected} "
+                          "(nvswitch_count + other_switch_count)", line=2, field="switch_ids")
+    ids = np.array([_int(source, 2, "switch_ids", t) for t in tokens], dtype=np.int64)
+    bad = np.flatnonzero((ids < gpus) | (ids >= total))
+    if len(bad):
+        raise FormatError(source, f"switch id {ids[bad[0]]} is outside {gpus}..{total - 1} (GPUs are 0..{gpus - 1}, "
+                          "switches follow)", line=2, field="switch_ids")
+    if len(np.unique(ids)) != len(ids):
+        values, counts = np.unique(ids, return_counts=True)
+        raise FormatError(source, f"switch id {values[counts > 1][0]} is listed twice", line=2, field="switch_ids")
+    return ids
+
+
+def _ids(source: str, column: list[str], field: str, total: int) -> np.ndarray:
+    try:
+        ids = np.fromiter(map(int, column), dtype=np.int64, count=len(column))
+    except ValueError:
+        k = next(i for i, t in enumerate(column) if not _is_int(t))
+        raise FormatError(source, f"not a node id: {column[k]!r}", line=3 + k, field=field) from None
+    bad = np.flatnonzero((ids < 0) | (ids >= total))
+    if len(bad):
+        k = int(bad[0])
+        raise FormatError(source, f"node {ids[k]} does not exist (the header declares nodes 0..{total - 1})",
+                          line=3 + k, field=field)
+    return ids
+
+
+def _is_int(token: str) -> bool:
+    try:
+        int(token)
+    except ValueError:
+        return False
+    return True
+
+
+def _coded(source: str, column: list[str], field: str, parse: Callable[[str], float],
+           ) -> tuple[np.ndarray, tuple[str, ...]]:
+    """Codes into the distinct strings of ``column`` (first-seen order), each string checked once."""
+    strings = tuple(dict.fromkeys(column))
+    index = {text: code for code, text in enumerate(strings)}
+    codes = np.fromiter(map(index.__getitem__, column), dtype=np.int32, count=len(column))
+    for code, text in enumerate(strings):
+        try:
+            parse(text)
+        except ValueError as exc:
+            k = int(np.flatnonzero(codes == code)[0])
+            raise FormatError(source, str(exc), line=3 + k, field=field) from None
+    return codes, strings
