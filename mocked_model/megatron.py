@@ -291,13 +291,18 @@ class TransformerLayer(MockedModule):
             *self._attention(ctx, job, layer, recompute == "selective"),
         ]
         self.mlp_part = [
-            norm(ctx, f"{p}.pre_mlp_layernorm", model.normalization, h, layer, "mlp"),
+            norm(ctx, f"{p}.pre_mlp_layernorm", model.normalization, h, layer,
+                 "moe" if model.is_moe_layer(layer) else "mlp"),
             *self._mlp(ctx, job, layer),
         ]
         self.children = self.attention_part + self.mlp_part
 
     def _attention(self, ctx: MegatronContext, job: JobConfig, layer: int, selective: bool) -> list[MockedModule]:
         model = job.model
+        if model.multi_latent_attention:
+            from mocked_model.mla import mla_attention
+
+            return mla_attention(ctx, job, layer, selective)
         h, kv, bias, p = model.hidden_size, model.kv_channels, model.add_bias_linear, f"layers.{layer}.self_attention"
         q_size = model.num_attention_heads * kv
         qkv_size = q_size + 2 * model.query_groups * kv
@@ -316,6 +321,10 @@ class TransformerLayer(MockedModule):
 
     def _mlp(self, ctx: MegatronContext, job: JobConfig, layer: int) -> list[MockedModule]:
         model = job.model
+        if model.is_moe_layer(layer):
+            from mocked_model.moe import moe_mlp
+
+            return moe_mlp(ctx, job, layer)
         h, ffn, p = model.hidden_size, model.ffn_hidden_size, f"layers.{layer}.mlp"
         fc1_out = 2 * ffn if model.swiglu else ffn
         act = "swiglu" if model.swiglu else "gelu"

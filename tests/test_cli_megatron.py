@@ -44,6 +44,16 @@ def test_default_output_path_is_aicbs(tmp_path):
     assert expected.exists()
 
 
+def test_size_flag_selects_the_preset(tmp_path):
+    out = tmp_path / "w.csv"
+    proc = run_cli("-m", "workload_generator.generate_megatron_workload", "-m", "13", "--world_size", "8",
+                   "--tensor_model_parallel_size", "8", "--global_batch", "1", "--output", str(out))
+    assert proc.returncode == 0, proc.stderr
+    rows = [i for i in Workload.load(out) if i.stage == "forward.MegatronRowLinear"]
+    # AICB's -m 13: GPT 13B, 40 layers of hidden 5120: 2 x 40 all-reduces of 2048 x 5120 x 2 bytes
+    assert len(rows) == 80 and {i.msg_size for i in rows} == {2048 * 5120 * 2}
+
+
 def test_preset_never_overrides_given_flags(tmp_path):
     out = tmp_path / "w.csv"
     proc = run_cli("-m", "workload_generator.generate_megatron_workload", "-m", "175", "--num_layers", "8",

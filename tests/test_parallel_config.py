@@ -17,6 +17,21 @@ def test_derived_sizes():
     # MoE: ep 4 of dp 8 leaves expert-data-parallel 2 (tp*cp*dp / (etp*ep) = 4*8/(4*4))
     p = ParallelConfig(world_size=64, tp=4, pp=2, ep=4, global_batch=8)
     assert p.expert_dp == 2
+    # expert tensor parallelism 1: ep may span the TP ranks (tp 2 x dp 2 = 4 ranks = ep 4, edp 1)
+    p = ParallelConfig(world_size=4, tp=2, ep=4, etp=1, global_batch=2)
+    assert (p.dp, p.expert_dp) == (2, 1)
+    assert p.group_ranks("ep_group") == [[0, 1, 2, 3]] and p.group_ranks("tp_group") == [[0, 1], [2, 3]]
+
+
+def test_group_ranks_match_the_rank_generator():
+    # world 16 = tp2 x dp4 x pp2, ep2: the worked example of the foundation issue
+    p = ParallelConfig(world_size=16, tp=2, pp=2, ep=2, global_batch=4)
+    assert p.group_ranks("ep_group") == [[0, 2], [1, 3], [4, 6], [5, 7], [8, 10], [9, 11], [12, 14], [13, 15]]
+    assert p.group_ranks("ep_dp_group") == [[0, 4], [1, 5], [2, 6], [3, 7], [8, 12], [9, 13], [10, 14], [11, 15]]
+    assert p.group_ranks("ep_tp_group")[0] == [0, 1, 2, 3]
+    assert p.group_ranks("embedding_group") == [[0, 8], [1, 9], [2, 10], [3, 11], [4, 12], [5, 13], [6, 14], [7, 15]]
+    assert p.group_ranks("mp_group")[0] == [0, 1, 8, 9]
+    assert p.group_ranks("all_nodes") == [list(range(16))]
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -33,8 +48,10 @@ def test_derived_sizes():
     (dict(world_size=8, vpp_layers=2), r"--num_layers_per_virtual_pipeline_stage needs pipeline parallelism"),
     (dict(world_size=8, pp=4, vpp_layers=2, global_batch=6),
      r"needs the number of micro-batches 3 .* multiple of --pipeline_model_parallel 4"),
-    (dict(world_size=24, tp=4, ep=2, etp=8, global_batch=6),
-     r"--expert_tensor_parallel_size 8 x --expert_model_parallel_size 2 = 16 does not divide the 24 ranks"),
+    (dict(world_size=24, tp=4, ep=16, etp=1, global_batch=6),
+     r"--expert_tensor_parallel_size 1 x --expert_model_parallel_size 16 = 16 does not divide the 24 ranks"),
+    (dict(world_size=24, tp=4, ep=2, etp=2, global_batch=6),
+     r"--expert_tensor_parallel_size 2 is not supported: use 1 or the tensor-parallel size"),
 ])
 def test_layout_rules(kwargs, message):
     with pytest.raises(ConfigError, match=message):

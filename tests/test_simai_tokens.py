@@ -33,7 +33,8 @@ def test_rejects():
 
 
 def test_simai_lenient_prefix_matching():
-    assert simai_match("ALLREDUCEALLTOALL") == (CommType.all_reduce, "")
+    assert simai_match("ALLREDUCEALLTOALL") == (CommType.all_reduce, "OTHER")
+    assert simai_match("ALLGATHER") == (CommType.all_gather, "")
     assert simai_match("ALLTOALL_EP") == (CommType.all_to_all, "EP")
     assert simai_match("REDUCESCATTER_DP_EP") == (CommType.reduce_scatter, "DP_EP")
     assert simai_match("ALLGATHER_TP") == (CommType.all_gather, "OTHER")

@@ -63,16 +63,21 @@ class Flag:
     choices: Sequence[Any] | None = None
 
 
+def _dest(names: tuple[str, ...]) -> str:
+    """The first long option names the value (``-m/--model_size`` -> ``model_size``)."""
+    long = [n for n in names if n.startswith("--")]
+    return (long or list(names))[0].lstrip("-").replace("-", "_")
+
+
 def _f(names: str | tuple[str, ...], default: Any, help: str, type: Callable | None = _int, **kw: Any) -> Flag:
     names = (names,) if isinstance(names, str) else names
-    dest = names[0].lstrip("-").replace("-", "_")
+    dest = _dest(names)
     return Flag(names, kw.pop("dest", dest), default, help, type if kw.get("action") is None else None, **kw)
 
 
 def _switch(names: str | tuple[str, ...], help: str, default: bool = False, negatable: bool = False) -> Flag:
     names = (names,) if isinstance(names, str) else names
-    dest = names[0].lstrip("-").replace("-", "_")
-    return Flag(names, dest, default, help, None, _bool if negatable else "store_true")
+    return Flag(names, _dest(names), default, help, None, _bool if negatable else "store_true")
 
 
 # ---- the flags ------------------------------------------------------------------------------
@@ -126,6 +131,7 @@ MEGATRON = [
     _switch("--recompute_activations", "selective activation recomputation"),
     _f("--recompute_granularity", None, "full or selective activation recomputation", type=str,
        choices=("full", "selective")),
+    _switch("--no_create_attention_mask_in_dataloader", "no attention-mask broadcast in get_batch (Megatron's flag)"),
 ]
 DEEPSPEED = [
     _f("--stage", 3, "ZeRO stage", choices=(1, 2, 3)),
@@ -155,6 +161,13 @@ MOE = [
     _f("--moe_ffn_hidden_size", None, "expert MLP hidden size (default --ffn_hidden_size)"),
     _switch("--moe_grouped_gemm", "grouped GEMM for the local experts"),
     _f("--activation_func", None, "MLP activation", type=str),
+    _f("--moe_token_dispatcher_type", "alltoall", "token dispatcher: alltoall or allgather", type=str,
+       choices=("alltoall", "allgather")),
+    _f("--moe_routing_skew", 0.0, "routing skew s: expert e gets a share proportional to (e+1)^-s (0 = balanced)",
+       type=float),
+    _f("--moe_expert_capacity_factor", None, "expert capacity factor (tokens over capacity are dropped)", type=float),
+    _switch("--moe_pad_expert_input_to_capacity", "pad every expert's input to its capacity"),
+    _switch("--moe_fp8_dispatch", "dispatch tokens in FP8 (1 byte per value plus fp32 scales per 128 values)"),
 ]
 AIOB = [
     _switch("--aiob_enable", "measure computation times on this device (AIOB)"),
@@ -175,9 +188,23 @@ DEEPSEEK = [
     _f("--kv_lora_rank", None, "key/value down-projection rank (default 512)"),
     _f("--v_head_dim", None, "value head dimension (default 128)"),
 ]
+REPLAY = [
+    _f("--backend", "auto", "torch.distributed backend of the replay (auto: nccl with CUDA, else gloo)", type=str,
+       choices=("auto", "nccl", "gloo")),
+    _f("--compute_mode", "auto", "computation items: sleep their time, run a real matmul of their shapes (gemm), or "
+       "skip them (auto: sleep when timed, gemm on a GPU, else skip)", type=str,
+       choices=("auto", "sleep", "gemm", "skip")),
+    _f("--warmup", 1, "untimed, unlogged iterations before the measured ones"),
+    _f("--timeout", 300.0, "seconds any one operation may take before every rank stops with a message", type=float),
+    _f("--workload", None, "replay this AICB workload CSV instead of generating one ({pp_rank} and {rank} in the "
+       "path pick a file per pipeline stage or rank)", type=str),
+    _f("--emulate", None, "run these collectives (comma list, or all) as the gloo emulations do, even where the "
+       "backend has them (for comparison and tests)", type=str),
+]
 ALL_GROUPS = {
     "general": GENERAL, "model": MODEL, "Megatron": MEGATRON, "DeepSpeed": DEEPSPEED,
     "collective test": COLLECTIVE, "MoE": MOE, "AIOB": AIOB, "SimAI": SIMAI, "DeepSeek": DEEPSEEK,
+    "replay": REPLAY,
 }
 DEFAULTS = {flag.dest: flag.default for group in ALL_GROUPS.values() for flag in group}
 # AICB's DeepSeek defaults (get_deepseek_params), used with --frame DeepSeek when no preset sets them.
@@ -312,6 +339,10 @@ def job_from(values: dict[str, Any]) -> JobConfig:
         use_flash_attn=values["use_flash_attn"],
         computation_enable=values["computation_enable"] or values["aiob_enable"],
         aiob_enable=values["aiob_enable"], comp_filepath=values["comp_filepath"], gpu_type=values["gpu_type"],
+        moe_token_dispatcher_type=values["moe_token_dispatcher_type"], moe_routing_skew=values["moe_routing_skew"],
+        moe_expert_capacity_factor=values["moe_expert_capacity_factor"],
+        moe_pad_expert_input_to_capacity=values["moe_pad_expert_input_to_capacity"],
+        moe_grouped_gemm=values["moe_grouped_gemm"], moe_fp8_dispatch=values["moe_fp8_dispatch"],
         extra=extra,
     )
     parallel = ParallelConfig(

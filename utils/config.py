@@ -18,6 +18,7 @@ NORMALIZATIONS = ("LayerNorm", "RMSNorm")
 POSITION_EMBEDDINGS = ("learned_absolute", "rope", "none")
 FRAMES = ("Megatron", "DeepSpeed", "DeepSeek", "collective_test")
 RECOMPUTE = ("none", "selective", "full")
+DISPATCHERS = ("alltoall", "allgather")
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,12 @@ class TrainingConfig:
     aiob_enable: bool = False
     comp_filepath: str | None = None
     gpu_type: str | None = None
+    moe_token_dispatcher_type: str = "alltoall"
+    moe_routing_skew: float = 0.0
+    moe_expert_capacity_factor: float | None = None
+    moe_pad_expert_input_to_capacity: bool = False
+    moe_grouped_gemm: bool = False
+    moe_fp8_dispatch: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -151,6 +158,17 @@ class TrainingConfig:
             raise ConfigError(f"--make_vocab_size_divisible_by must be positive, got {self.make_vocab_size_divisible_by}")
         if self.recompute not in RECOMPUTE:
             raise ConfigError(f"recompute mode {self.recompute!r} is not one of {', '.join(RECOMPUTE)}")
+        if self.moe_token_dispatcher_type not in DISPATCHERS:
+            raise ConfigError(f"--moe_token_dispatcher_type {self.moe_token_dispatcher_type!r} is not one of "
+                              f"{', '.join(DISPATCHERS)}")
+        if not 0 <= self.moe_routing_skew <= 8:
+            raise ConfigError(f"--moe_routing_skew must be between 0 (balanced) and 8, got {self.moe_routing_skew}")
+        if self.moe_expert_capacity_factor is not None and self.moe_expert_capacity_factor <= 0:
+            raise ConfigError(f"--moe_expert_capacity_factor must be positive, got {self.moe_expert_capacity_factor}")
+        if self.moe_pad_expert_input_to_capacity and self.moe_expert_capacity_factor is None:
+            raise ConfigError("--moe_pad_expert_input_to_capacity needs --moe_expert_capacity_factor")
+        if self.moe_grouped_gemm and self.dtype.lower() not in ("bfloat16", "bf16"):
+            raise ConfigError(f"--moe_grouped_gemm needs --dtype bfloat16, got {self.dtype}")
         if self.ddp_bucket_size is not None and self.ddp_bucket_size < 1:
             raise ConfigError(f"--ddp_bucket_size must be a positive number of elements, got {self.ddp_bucket_size}")
 

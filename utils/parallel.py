@@ -77,7 +77,10 @@ class ParallelConfig:
                 f"{F_CP} {self.cp} = {model_parallel}")
         dp = self.world_size // model_parallel
         object.__setattr__(self, "dp", dp)
-        if dp % self.ep:
+        if self.etp is not None and self.etp not in (1, self.tp):
+            raise ConfigError(f"{F_ETP} {self.etp} is not supported: use 1 or the tensor-parallel size "
+                              f"({F_TP} {self.tp})")
+        if self.expert_tp == self.tp and dp % self.ep:
             raise ConfigError(
                 f"{F_EP} {self.ep} does not divide the data-parallel size {dp} "
                 f"({F_WORLD} {self.world_size} / ({F_TP} {self.tp} x {F_PP} {self.pp} x {F_CP} {self.cp}))")
@@ -132,7 +135,40 @@ class ParallelConfig:
 
     def rank_generator(self) -> RankGenerator:
         """Megatron's process groups for this layout (order ``tp-cp-ep-dp-pp``)."""
-        return RankGenerator(tp=self.tp, ep=self.ep, dp=self.dp, pp=self.pp, cp=self.cp)
+        return RankGenerator(tp=self.tp, ep=self.ep if self.expert_tp == self.tp else 1, dp=self.dp, pp=self.pp,
+                             cp=self.cp)
+
+    def expert_rank_generator(self) -> RankGenerator:
+        """The expert layout (Megatron core >= 0.10): the ``tp * cp * dp`` ranks of a stage regrouped
+        as expert-tp x ep x expert-dp, tp fastest.  With ``etp == tp`` and ``cp == 1`` its groups equal
+        the expert view of :meth:`rank_generator`."""
+        return RankGenerator(tp=self.expert_tp, ep=self.ep, dp=self.expert_dp * self.ep, pp=self.pp)
+
+    def group_ranks(self, group: str) -> list[list[int]]:
+        """Global ranks of every group of a :class:`CommGroup` value (``tp_group``, ``dp_group``,
+        ``pp_group``, ``ep_group``, ``ep_dp_group``, ``ep_tp_group``, ``mp_group``,
+        ``embedding_group``, ``all_nodes``): the one place that maps group names to ranks."""
+        dense, expert = self.rank_generator(), self.expert_rank_generator()
+        name = getattr(group, "value", group)
+        if name == "tp_group":
+            return dense.get_ranks("tp")
+        if name == "dp_group":
+            return dense.get_ranks("dp")
+        if name == "pp_group":
+            return dense.get_ranks("pp")
+        if name == "mp_group":
+            return dense.get_ranks("tp-pp")
+        if name == "ep_group":
+            return expert.get_ranks("ep")
+        if name == "ep_dp_group":
+            return expert.get_ranks("edp")
+        if name == "ep_tp_group":
+            return expert.get_ranks("tp-ep")
+        if name == "embedding_group":
+            return [[ranks[0], ranks[-1]] for ranks in dense.get_ranks("pp")] if self.pp > 1 else []
+        if name == "all_nodes":
+            return [list(range(self.world_size))]
+        raise ConfigError(f"unknown process group {name!r}")
 
     # ---- rules that need the model -----------------------------------------------------------
 

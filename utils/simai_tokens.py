@@ -77,21 +77,14 @@ def parse_simai_token(token: str, column: Column) -> tuple[CommType | None, Comm
 
 
 def simai_match(token: str) -> tuple[CommType | None, str]:
-    """SimAI's lenient reading: the collective by prefix, and the suffix group label.
+    """SimAI's lenient reading: the collective by prefix, and the group from the exact rest.
 
-    Returns ``(comm_type or None, group)`` with group one of ``""`` (the column's default),
-    ``"EP"``, ``"DP_EP"`` or ``"OTHER"`` (an unknown suffix, which SimAI costs as zero).
+    Returns ``(comm_type or None, group)`` with group ``""`` (nothing follows the prefix: the
+    column's default group), ``"EP"`` (``_EP``), ``"DP_EP"`` (``_DP_EP``) or ``"OTHER"`` (anything
+    else, which SimAI costs as zero).  So ``ALLREDUCEALLTOALL`` is an all-reduce in group OTHER.
     """
     for name in _PREFIX_ORDER:
         if token.startswith(name):
-            ctype = _NAME_TO_TYPE[name]
-            break
-    else:
-        return None, ""
-    if token.endswith("_DP_EP"):
-        return ctype, "DP_EP"
-    if token.endswith("_EP"):
-        return ctype, "EP"
-    if token in _NAME_TO_TYPE or "_" not in token:
-        return ctype, ""
-    return ctype, "OTHER"
+            rest = token[len(name):]
+            return _NAME_TO_TYPE[name], {"": "", "_EP": "EP", "_DP_EP": "DP_EP"}.get(rest, "OTHER")
+    return None, ""

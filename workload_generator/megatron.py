@@ -10,7 +10,9 @@ References (Megatron-LM core_r0.8): ``megatron/training/training.py`` (``pretrai
 
 from __future__ import annotations
 
-from mocked_model.base import MockedModule, MockedParam, comm
+from dataclasses import dataclass
+
+from mocked_model.base import MockedModule, comm
 from mocked_model.megatron import MegatronChunk, MegatronContext, chunk_layout
 from utils.config import JobConfig
 from utils.errors import ConfigError
@@ -18,6 +20,16 @@ from workload_generator.buckets import Bucket, default_bucket_size, grad_buckets
 from workload_generator.generator import WorkloadGenerator, p2p_items
 from workload_generator.schedules import Step, pipeline_schedule
 from workload_generator.workload import CommGroup, CommType, WorkItem, Workload
+
+
+@dataclass(frozen=True)
+class GradBuffer:
+    """A gradient buffer: its reduction group, the group's size, and its buckets."""
+
+    group: CommGroup
+    size: int
+    buckets: list[Bucket]
+
 
 AR, AG, RS, BC, BARRIER = (CommType.all_reduce, CommType.all_gather, CommType.reduce_scatter, CommType.broadcast,
                            CommType.barrier)
@@ -54,7 +66,7 @@ class MegatronWorkload(WorkloadGenerator):
                 for param in chunk.parameters():
                     if param.shared_copy or param.name == "embedding.word_embeddings.weight":
                         param.shared_embedding = True
-        self.buckets = [self._buckets(chunk) for chunk in self.chunks]
+        self.buffers = [self._buffers(chunk) for chunk in self.chunks]
         self._batch_cache: dict[int, list[WorkItem]] = {}
         self._p2p_cache: dict[tuple[str, tuple[str, ...]], list[WorkItem]] = {}
         self._synced_backward: dict[int, list[WorkItem]] = {}
@@ -73,13 +85,19 @@ class MegatronWorkload(WorkloadGenerator):
             return None
         return t.ddp_bucket_size or default_bucket_size(p.dp)
 
-    def dense_params(self, chunk: MockedModule) -> list[MockedParam]:
-        return [q for q in chunk.parameters() if not q.is_expert]
-
-    def _buckets(self, chunk: MockedModule) -> list[Bucket]:
-        shared = frozenset(q.name for q in chunk.parameters() if q.shared_embedding)
-        return grad_buckets(self.dense_params(chunk), self.job.parallel.dp, self._bucket_size(),
-                            self.job.training.use_distributed_optimizer, shared)
+    def _buffers(self, chunk: MockedModule) -> list[GradBuffer]:
+        """The chunk's gradient buffers: dense parameters over DP, expert parameters over expert-DP
+        (Megatron's ``buffers`` and ``expert_parallel_buffers``), each cut into buckets."""
+        p, t = self.job.parallel, self.job.training
+        params = list(chunk.parameters())
+        shared = frozenset(q.name for q in params if q.shared_embedding)
+        out = []
+        for group, size, members in ((CommGroup.dp_group, p.dp, [q for q in params if not q.is_expert]),
+                                     (CommGroup.ep_dp_group, p.expert_dp, [q for q in params if q.is_expert])):
+            if members:
+                buckets = grad_buckets(members, size, self._bucket_size(), t.use_distributed_optimizer, shared)
+                out.append(GradBuffer(group, size, buckets))
+        return out
 
     # ---- init -----------------------------------------------------------------------------------
 
@@ -116,8 +134,7 @@ class MegatronWorkload(WorkloadGenerator):
 
     def backward(self, out: list[WorkItem], step: Step) -> None:
         chunk = self.chunks[step.chunk]
-        overlap = self.job.training.overlap_grad_reduce and self.job.parallel.dp > 1
-        if overlap and step.microbatch == self.job.parallel.ga - 1:
+        if self.job.training.overlap_grad_reduce and step.microbatch == self.job.parallel.ga - 1:
             out.extend(self._backward_with_grad_sync(step.chunk))
         else:
             out.extend(chunk.backward_items())
@@ -153,12 +170,11 @@ class MegatronWorkload(WorkloadGenerator):
         self._batch_cache[index] = items
         return items
 
-    def _grad_collectives(self, index: int, buckets: list[Bucket], stage: str) -> list[WorkItem]:
-        p = self.job.parallel
-        if p.dp == 1:
+    def _grad_collectives(self, index: int, buffer: GradBuffer, buckets: list[Bucket], stage: str) -> list[WorkItem]:
+        if buffer.size == 1:
             return []
         ctype = RS if self.job.training.use_distributed_optimizer else AR
-        return [comm(ctype, CommGroup.dp_group, p.dp, b.numel * GRAD_BYTES, stage, meta={"bucket": b.index, "chunk": index})
+        return [comm(ctype, buffer.group, buffer.size, b.numel * GRAD_BYTES, stage, meta={"bucket": b.index, "chunk": index})
                 for b in buckets]
 
     def _backward_with_grad_sync(self, index: int) -> list[WorkItem]:
@@ -167,27 +183,27 @@ class MegatronWorkload(WorkloadGenerator):
         cached = self._synced_backward.get(index)
         if cached is not None:
             return cached
-        chunk, buckets = self.chunks[index], self.buckets[index]
-        closing: dict[str, list[Bucket]] = {}
-        for bucket in buckets:
-            closing.setdefault(bucket.last_param, []).append(bucket)
+        chunk = self.chunks[index]
+        closing: dict[str, list[tuple[GradBuffer, Bucket]]] = {}
+        for buffer in self.buffers[index]:
+            for bucket in buffer.buckets:
+                closing.setdefault(bucket.last_param, []).append((buffer, bucket))
         out: list[WorkItem] = []
         for module, items in chunk.backward_segments():
             out.extend(items)
             for param in module.params:
-                for bucket in closing.get(param.name, ()):
-                    out.extend(self._grad_collectives(index, [bucket], "backward.overlap_grad_reduce"))
+                for buffer, bucket in closing.get(param.name, ()):
+                    out.extend(self._grad_collectives(index, buffer, [bucket], "backward.overlap_grad_reduce"))
         self._synced_backward[index] = out
         return out
 
     def step(self, out: list[WorkItem]) -> None:
         """``finalize_model_grads`` then the optimizer step."""
         p, t, c = self.job.parallel, self.job.training, self.ctx
-        overlapped = t.overlap_grad_reduce
-        for index, buckets in enumerate(self.buckets):
-            if not overlapped:
-                out.extend(self._grad_collectives(index, buckets, "step.finish_grad_sync"))
-        self.expert_grad_sync(out)
+        if not t.overlap_grad_reduce:
+            for index, buffers in enumerate(self.buffers):
+                for buffer in buffers:
+                    out.extend(self._grad_collectives(index, buffer, buffer.buckets, "step.finish_grad_sync"))
         if c.tp > 1:
             sp_numel = sum(q.numel for chunk in self.chunks for q in chunk.parameters() if q.sequence_parallel)
             if sp_numel:
@@ -196,9 +212,6 @@ class MegatronWorkload(WorkloadGenerator):
             out.append(comm(AR, CommGroup.embedding_group, 2, self._embedding_numel() * GRAD_BYTES,
                             "step._allreduce_word_embedding_grads"))
         self.optimizer_step(out)
-
-    def expert_grad_sync(self, out: list[WorkItem]) -> None:
-        """Expert-parallel gradient reduction (the MoE generator fills this in)."""
 
     def optimizer_step(self, out: list[WorkItem]) -> None:
         """Gradient-norm all-reduce (fp32; over the model-parallel group, or every rank with the
@@ -211,11 +224,12 @@ class MegatronWorkload(WorkloadGenerator):
             out.append(comm(AR, group, size, 4, "step._unscale_main_grads_and_check_for_nan"))
         if size > 1:
             out.append(comm(AR, group, size, 4, "step.clip_grad_norm"))
-        if dist_opt and p.dp > 1:
-            for index, buckets in enumerate(self.buckets):
-                for b in buckets:
-                    out.append(comm(AG, CommGroup.dp_group, p.dp, b.numel * self.ctx.dtype_bytes, "step.param_all_gather",
-                                    meta={"bucket": b.index, "chunk": index}))
+        if dist_opt:
+            for index, buffers in enumerate(self.buffers):
+                for buffer in buffers:
+                    if buffer.size > 1:
+                        out.extend(comm(AG, buffer.group, buffer.size, b.numel * self.ctx.dtype_bytes, "step.param_all_gather",
+                                        meta={"bucket": b.index, "chunk": index}) for b in buffer.buckets)
 
     # ---- views ----------------------------------------------------------------------------------
 
