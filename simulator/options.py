@@ -1,0 +1,98 @@
+"""Inputs of the analytical models other than the workload: cluster shape and bandwidths.
+
+Units: bandwidths are GiB/s busbw, as SimAI reads ``-nv`` and ``-nic`` (FORMATS.md section 1 keeps
+GiB/s for SimAI compatibility only); overlap ratios are fractions in [0, 1].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.cfloat import f32
+from utils.errors import ConfigError
+
+# SimAI's calbusbw.h: NVLink busbw = per-link bandwidth * links (20.6 for SM90, 20.0 for SM80), in
+# double, stored as float.  SIMAI_ANALYTICAL.md, "Inputs".
+GPU_NVLINK_GIBPS = {
+    "H100": f32(20.6 * 18), "H20": f32(20.6 * 18), "H800": f32(20.6 * 8), "A100": f32(20.0 * 12), "A800": f32(20.0 * 8),
+}
+"""Default NVLink busbw (GiB/s) by GPU type: H100/H20 370.8, H800 164.8, A100 240, A800 160."""
+NIC_BUSBW_GIBPS = {"cx6": 23.5, "cx7": 48.5, "bf3": 48.5}
+"""Default per-NIC busbw (GiB/s) by NIC type."""
+DEFAULT_GPU_TYPE = "A100"
+"""With neither -nv nor -g_type, SimAI's GPU type is uninitialised and behaves as A100."""
+DEFAULT_NIC_TYPE = "cx7"
+
+
+def gpu_type_name(text: str) -> str:
+    """Canonical GPU type (``h100`` -> ``H100``).  Raises :class:`ConfigError` for unknown names."""
+    name = text.strip().upper()
+    if name not in GPU_NVLINK_GIBPS:
+        raise ConfigError(f"unknown GPU type {text!r} (choose from {', '.join(GPU_NVLINK_GIBPS)})")
+    return name
+
+
+def nic_type_name(text: str) -> str:
+    """Canonical NIC type (``CX7`` -> ``cx7``).  Raises :class:`ConfigError` for unknown names."""
+    name = text.strip().lower()
+    if name not in NIC_BUSBW_GIBPS:
+        raise ConfigError(f"unknown NIC type {text!r} (choose from {', '.join(NIC_BUSBW_GIBPS)})")
+    return name
+
+
+@dataclass(frozen=True)
+class SimAIOptions:
+    """SimAI-analytical's flags (SIMAI_ANALYTICAL.md, "Inputs").
+
+    ``gpus`` (-g) defaults to the workload's ``all_gpus``; ``gpus_per_server`` (-g_p_s) and
+    ``nics_per_server`` (-n_p_s) are required (SimAI crashes without them).  ``nvlink_bw`` (-nv)
+    and ``nic_busbw`` (-nic) are GiB/s; ``None`` or a value <= 0 takes the default of
+    ``gpu_type`` / ``nic_type``.  ``pp_busbw`` is the bandwidth (GiB/s) of the pipeline-parallel
+    send in the PP exposed term; ``None`` takes the DP group's inter-node busbw.  SimAI 1.7 divides
+    by ``pp_overlap`` there instead (a bug; see :mod:`simulator.simai_model`).
+    """
+
+    gpus: int | None = None
+    gpus_per_server: int | None = None
+    nics_per_server: int | None = None
+    nvlink_bw: float | None = None
+    nic_busbw: float | None = None
+    gpu_type: str | None = None
+    nic_type: str | None = None
+    dp_overlap: float = 0.0
+    tp_overlap: float = 0.0
+    ep_overlap: float = 0.0
+    pp_overlap: float = 1.0
+    pp_busbw: float | None = None
+
+    def __post_init__(self) -> None:
+        for name, flag in (("gpus", "-g/--gpus"), ("gpus_per_server", "-g_p_s/--gpus_per_server"),
+                           ("nics_per_server", "-n_p_s/--nics_per_server")):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ConfigError(f"{flag} must be a positive integer, got {value!r}")
+        for name, flag in (("dp_overlap", "-dp_o"), ("tp_overlap", "-tp_o"), ("ep_overlap", "-ep_o"),
+                           ("pp_overlap", "-pp_o")):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ConfigError(f"{flag} must be an overlap ratio between 0 and 1, got {value}")
+        if self.pp_busbw is not None and not self.pp_busbw > 0:
+            raise ConfigError(f"--pp_busbw must be a positive bandwidth in GiB/s, got {self.pp_busbw}")
+        if self.gpu_type is not None:
+            object.__setattr__(self, "gpu_type", gpu_type_name(self.gpu_type))
+        if self.nic_type is not None:
+            object.__setattr__(self, "nic_type", nic_type_name(self.nic_type))
+
+    @property
+    def nvlink_gibps(self) -> float:
+        """NVLink busbw in GiB/s as SimAI holds it (float32)."""
+        if self.nvlink_bw is not None and self.nvlink_bw > 0:
+            return f32(self.nvlink_bw)
+        return GPU_NVLINK_GIBPS[self.gpu_type or DEFAULT_GPU_TYPE]
+
+    @property
+    def nic_gibps(self) -> float:
+        """Per-NIC busbw in GiB/s as SimAI holds it (float32)."""
+        if self.nic_busbw is not None and self.nic_busbw > 0:
+            return f32(self.nic_busbw)
+        return f32(NIC_BUSBW_GIBPS[self.nic_type or DEFAULT_NIC_TYPE])

@@ -1,0 +1,140 @@
+"""Result files and the printed summary.
+
+- ``<prefix>EndToEnd.csv``: SimAI's layout exactly (FORMATS.md section 7): the terms header, their
+  values as ``v (p%)`` in whole microseconds, then the per-layer table with times in whole
+  microseconds and algbw/busbw in GiB/s with two decimals (``-nan`` / ``inf`` as SimAI prints them).
+- ``<prefix>simai_layers.csv``: ours, one row per layer record with every phase's compute, comm
+  and exposed time in microseconds (three decimals: exact for integer ns), the comm token, type,
+  group, group size, size in bytes, the rule that priced it and the bandwidths in GiB/s.
+
+Both are written atomically; nothing is written when anything fails.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+from simulator.cfloat import c_fixed
+from simulator.result import PHASES, TERMS, SimulationResult
+from utils.io import atomic_write
+
+RUN_NAME = "Analytical_test"
+"""The run name SimAI-analytical writes in the second column of its per-layer table."""
+LAYER_HEADER = ("layer_name,{run},fwd compute,wg compute,ig compute,fwd exposed comm,wg exposed comm,"
+                "ig exposed comm,fwd total comm,algbw,busbw,wg total comm,algbw,busbw,ig total comm,algbw,busbw")
+END_TO_END_SUFFIX = "EndToEnd.csv"
+LAYERS_SUFFIX = "simai_layers.csv"
+
+
+def _us0(value_us: float) -> str:
+    return c_fixed(value_us, 0)
+
+
+def end_to_end_text(result: SimulationResult, file_name: str) -> str:
+    """The text of SimAI's ``EndToEnd.csv`` (FORMATS.md section 7); ``file_name`` fills the first cell."""
+    totals = result.totals
+    lines = [", ".join(["File name"] + [label for _, label in TERMS])]
+    cells = [file_name]
+    for name, _ in TERMS[:-1]:
+        share = c_fixed(totals.share_pct(name), 2)
+        cells.append(f"{_us0(getattr(totals, name))} ({share}%)")
+    cells.append(_us0(totals.total_us))
+    lines.append(", ".join(cells))
+    lines.append(LAYER_HEADER.format(run=RUN_NAME))
+    for layer in result.layers:
+        fwd, ig, wg = layer.fwd, layer.ig, layer.wg
+        lines.append(",".join((
+            layer.name, RUN_NAME,
+            _us0(layer.fwd_compute_ns / 1000.0), _us0(layer.wg_compute_ns / 1000.0), _us0(layer.ig_compute_ns / 1000.0),
+            _us0(layer.fwd_exposed_ns / 1000.0), _us0(layer.wg_exposed_ns / 1000.0), _us0(layer.ig_exposed_ns / 1000.0),
+            _us0(fwd.time_ns / 1000.0), c_fixed(fwd.algbw_gibps, 2), c_fixed(fwd.busbw_gibps, 2),
+            _us0(wg.time_ns / 1000.0), c_fixed(wg.algbw_gibps, 2), c_fixed(wg.busbw_gibps, 2),
+            _us0(ig.time_ns / 1000.0), c_fixed(ig.algbw_gibps, 2), c_fixed(ig.busbw_gibps, 2),
+        )))
+    lines.append("")
+    return "\n".join(lines)
+
+
+def layer_rows(result: SimulationResult) -> list[list[Any]]:
+    """Our per-layer table: a header row, then one row per record (times in us, sizes in bytes,
+    bandwidths in GiB/s)."""
+    header: list[Any] = ["index", "layer_name", "fwd_compute_us", "ig_compute_us", "wg_compute_us"]
+    for phase in PHASES:
+        header += [f"{phase}_comm_token", f"{phase}_comm_type", f"{phase}_group", f"{phase}_group_size",
+                   f"{phase}_size_bytes", f"{phase}_comm_us", f"{phase}_exposed_us", f"{phase}_algbw_gibps",
+                   f"{phase}_busbw_gibps", f"{phase}_cost_rule"]
+    header += ["fwd_ig_booked_to", "wg_booked_to"]
+    rows: list[list[Any]] = [header]
+    for layer in result.layers:
+        row: list[Any] = [layer.index, layer.name, layer.fwd_compute_ns / 1000, layer.ig_compute_ns / 1000,
+                          layer.wg_compute_ns / 1000]
+        for cost, exposed_ns in ((layer.fwd, layer.fwd_exposed_ns), (layer.ig, layer.ig_exposed_ns),
+                                 (layer.wg, layer.wg_exposed_ns)):
+            row += [cost.token, cost.comm_type or "", cost.group, cost.group_size, cost.size_bytes,
+                    cost.time_ns / 1000, exposed_ns / 1000, cost.algbw_gibps, cost.busbw_gibps, cost.how]
+        row += [layer.booked_fwd_ig, layer.booked_wg]
+        rows.append(row)
+    return rows
+
+
+def _csv_cell(value: Any) -> str:
+    # Shortest text that reads back to the same double (times are ns / 1000, bandwidths float32).
+    if isinstance(value, float):
+        if math.isfinite(value) and value == int(value):
+            return str(int(value))
+        return repr(value)
+    return str(value)
+
+
+def layers_csv_text(result: SimulationResult) -> str:
+    """Our per-layer CSV (see :func:`layer_rows`).  Layer names are single tokens, so no quoting."""
+    return "".join(",".join(_csv_cell(v) for v in row) + "\n" for row in layer_rows(result))
+
+
+def summary_text(result: SimulationResult) -> str:
+    """The printed summary: the resolved layout and every end-to-end term in us and percent."""
+    s = result.setup
+    lines = [
+        f"{result.model} model: {result.workload_path}: {len(result.layers)} records; tp {s.get('tp')} "
+        f"ep {s.get('ep')} pp {s.get('pp')} dp {s.get('dp')} ga {s.get('ga')} vpp {s.get('vpp')}; {s.get('gpus')} GPUs, "
+        f"{s.get('gpus_per_server')} GPUs and {s.get('nics_per_server')} NICs per server; NVLink "
+        f"{s.get('nvlink_gibps'):g} GiB/s, NIC {s.get('nic_gibps'):g} GiB/s",
+    ]
+    width = max(len(label) for _, label in TERMS)
+    for name, label in TERMS:
+        value = getattr(result.totals, name)
+        lines.append(f"  {label:<{width}}  {value:>16,.3f} us  {c_fixed(result.totals.share_pct(name), 2):>6}%")
+    return "\n".join(lines)
+
+
+def output_prefix(result: str | None, folder: str | None, workload_path: str) -> str:
+    """Where the result files go: ``<prefix>EndToEnd.csv``.
+
+    ``result`` is SimAI's ``-r`` (a path prefix; ending in ``/`` it is a folder and the name is the
+    workload's stem plus ``-``); ``folder`` (``-r_f``, default ``results/``) holds a prefix given
+    without a folder, or any prefix when given explicitly.
+    """
+    stem = os.path.splitext(os.path.basename(workload_path))[0] + "-"
+    if result is None:
+        return os.path.join(folder or "results", stem)
+    if result.endswith("/"):
+        result += stem
+    if folder is not None or "/" not in result:
+        return os.path.join(folder or "results", result)
+    return result
+
+
+def write_results(result: SimulationResult, prefix: str) -> list[str]:
+    """Write ``<prefix>EndToEnd.csv`` and ``<prefix>simai_layers.csv`` atomically; return their paths.
+
+    Both texts are built before either file is opened, so a failure leaves no file behind.
+    """
+    end_to_end = prefix + END_TO_END_SUFFIX
+    layers = prefix + LAYERS_SUFFIX
+    texts = {end_to_end: end_to_end_text(result, os.path.basename(prefix)), layers: layers_csv_text(result)}
+    with atomic_write(end_to_end) as first, atomic_write(layers) as second:
+        first.write(texts[end_to_end])
+        second.write(texts[layers])
+    return [end_to_end, layers]

@@ -1,0 +1,377 @@
+"""SimAI 1.7's analytical model, reproduced to the nanosecond (``--model simai``).
+
+Every rule below is SIMAI_ANALYTICAL.md's; section names are cited where a rule is applied.  Where
+SimAI 1.7 crashes or prints garbage we do something documented instead:
+
+- a workload without tp/pp/vpp/ga (or ep when it uses EP groups) header keys: an error naming them;
+- missing -g_p_s or -n_p_s: an error (SimAI divides by an uninitialised value);
+- -g not a multiple of tp*pp: an error (SimAI truncates the DP size);
+- a TP group of size 1: costs 0 with a warning (SimAI computes NaN);
+- a ratio lookup above 16 GiB: clamped to the 16 GiB row with a warning (SimAI aborts);
+- NICs per GPU group computed by integer division as 0 (e.g. 1 NIC per server shared by tp=2):
+  SimAI gets a bandwidth of -1 and negative times; we use the fraction (0.5 NIC) and warn;
+- an EP group SimAI models as 1 node x 1 GPU: an error (SimAI divides by a zero bandwidth);
+- the PP exposed term divides by a PP busbw in GiB/s (``pp_busbw``, default the DP group's
+  inter-node busbw) instead of SimAI 1.7's ``pp_o`` (a bug: 0 < pp_o < 1 gives absurd values).
+  With SimAI's default pp_o = 1 the term is 0 either way.
+
+Details of SimAI's arithmetic kept for exactness (all read from SimAI's source, not spelled out in
+SIMAI_ANALYTICAL.md): record compute times and sizes pass through a C ``float`` (SimAI multiplies
+them by its float compute/comm scale of 1.0, which rounds values above 2^24 to float32);
+bandwidths, ratios and ``ratio * busbw`` are C floats; the time formula's operations run in the
+order ``size / 2^30 / (ratio * busbw) * 1e9 [* 2] * (n - 1) / n`` in double; the report's algbw and
+busbw columns are C floats.  Checkpoint layers listed in the header change nothing (SimAI 1.7's
+parser never marks a layer as starting a recompute, so its forward-in-backward pass never runs).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from simulator import simai_tables
+from simulator.cfloat import f32
+from simulator.options import SimAIOptions
+from simulator.result import CollectiveCost, LayerResult, SimulationResult, Totals
+from utils.errors import ConfigError, FormatError
+from utils.simai_tokens import simai_match
+from workload_generator.simai import SimAIWorkload
+
+GIB = 1 << 30
+SMALL_MESSAGE_BYTES = 1 << 20
+"""Collectives with 1 < size < 1 MiB cost a fixed latency by group size (SIMAI_ANALYTICAL.md,
+"Time of one collective")."""
+LATENCY_NS = {2: 10_000, 4: 12_000, 8: 15_000, 16: 66_000, 32: 135_000, 64: 200_000, 128: 320_000}
+"""That latency in ns; any other group size (1, 24, 384, ...) costs 0."""
+FORWARD_FLOOR_BYTES = 4096
+"""Forward-pass sizes strictly between 0 and 4096 bytes count as 4096."""
+BUBBLE_EXCLUDED = "embedding_layer"
+"""The one layer name left out of the bubble accumulator."""
+
+ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL = "all_reduce", "all_gather", "reduce_scatter", "all_to_all"
+
+
+def classify(token: str, column: str) -> tuple[str | None, str]:
+    """SimAI's reading of a comm token in a record column (``fwd``, ``ig`` or ``wg``).
+
+    Returns ``(comm_type, group)``: the collective from the token's prefix (see
+    :func:`utils.simai_tokens.simai_match`) or ``None``; the group ``TP`` (fwd/ig) or ``DP`` (wg) when
+    nothing follows the prefix, else ``EP``, ``DP_EP`` or ``OTHER`` (SimAI's group NONE: no bandwidth
+    cost).
+    """
+    comm_type, group = simai_match(token)
+    if comm_type is None:
+        return None, ""
+    return comm_type.value, group or ("DP" if column == "wg" else "TP")
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """How SimAI sees a group: nodes, GPUs per node, NICs per node (SIMAI_ANALYTICAL.md, the group table)."""
+
+    nodes: int
+    gpus_per_node: int
+    nics_per_node: float
+
+
+class SimAIModel:
+    """SimAI 1.7's analytical model for one workload and one set of options.
+
+    :meth:`run` returns the :class:`SimulationResult`; :meth:`cost` prices one comm column.
+    Raises :class:`ConfigError` / :class:`FormatError` (both user errors) for inputs SimAI would
+    crash on.
+    """
+
+    def __init__(self, workload: SimAIWorkload, options: SimAIOptions) -> None:
+        self.workload = workload
+        self.options = options
+        self.warnings: list[str] = []
+        self._warned: set[str] = set()
+        self._costs: dict[tuple[str, str, int], CollectiveCost] = {}
+        header = workload.header
+        path = workload.path
+        if not header.is_transformer:
+            raise FormatError(path, f"SimAI's analytical mode only runs HYBRID_TRANSFORMER and "
+                              f"HYBRID_TRANSFORMER_FWD_IN_BCKWD workloads, not {header.policy}", line=1, field="policy")
+        self.tp, self.pp, self.vpp, self.ga = workload.require("tp", "pp", "vpp", "ga")
+        if options.gpus_per_server is None:
+            raise ConfigError("-g_p_s/--gpus_per_server is required (SimAI 1.7 crashes without it)")
+        if options.nics_per_server is None:
+            raise ConfigError("-n_p_s/--nics_per_server is required (SimAI 1.7 crashes without it)")
+        self.gps = options.gpus_per_server
+        self.nps = options.nics_per_server
+        gpus = options.gpus if options.gpus is not None else header.all_gpus
+        if gpus is None:
+            raise ConfigError(f"-g/--gpus is required: {path} has no all_gpus header key")
+        if options.gpus is not None and header.all_gpus is not None and header.all_gpus != options.gpus:
+            self._warn(f"-g {options.gpus} differs from the workload's all_gpus {header.all_gpus}; using -g as SimAI does")
+        if gpus < 1 or gpus % (self.tp * self.pp):
+            raise ConfigError(f"-g {gpus} GPUs is not a multiple of tp*pp = {self.tp}*{self.pp} = {self.tp * self.pp} "
+                              f"from {path}, so the DP size g/(tp*pp) is not an integer")
+        self.gpus = gpus
+        self.dp = gpus // (self.tp * self.pp)
+        self.nv = options.nvlink_gibps
+        self.nic = options.nic_gibps
+        groups = self._groups_used()
+        self.ep = self._resolve_ep(groups)
+        self.pp_comm = self._resolve_pp_comm()
+        if self.tp == 1 and "TP" in groups:
+            self._warn("tp is 1: TP collectives cost 0 (SimAI 1.7 computes NaN for a group of one)")
+        # (1 - overlap) as SimAI holds it: a float.  SIMAI_ANALYTICAL.md, "Exposure, bubble, totals".
+        self.dp_keep = f32(1.0 - f32(options.dp_overlap))
+        self.tp_keep = f32(1.0 - f32(options.tp_overlap))
+        self.ep_keep = f32(1.0 - f32(options.ep_overlap))
+        self.pp_keep = f32(1.0 - f32(options.pp_overlap))
+
+    # ---- set-up ------------------------------------------------------------------------------
+
+    def _warn(self, message: str) -> None:
+        if message not in self._warned:
+            self._warned.add(message)
+            self.warnings.append(message)
+
+    def _groups_used(self) -> set[str]:
+        """The groups the workload's comm columns run in (distinct tokens only: files are repetitive)."""
+        records = self.workload.records
+        tokens = {("fwd", t) for t in {r.fwd_comm for r in records}}
+        tokens |= {("ig", t) for t in {r.ig_comm for r in records}}
+        tokens |= {("wg", t) for t in {r.wg_comm for r in records}}
+        return {classify(token, column)[1] for column, token in tokens}
+
+    def _resolve_ep(self, groups: set[str]) -> int | None:
+        """ep is needed only by EP and DP_EP collectives; then it must divide the DP size."""
+        if not groups & {"EP", "DP_EP"}:
+            return self.workload.header.ep
+        (ep,) = self.workload.require("ep")
+        if "DP_EP" in groups and self.dp % ep:
+            raise ConfigError(f"ep {ep} from {self.workload.path} does not divide the DP size {self.dp} "
+                              f"(= {self.gpus} GPUs / (tp {self.tp} * pp {self.pp})), so the DP_EP group size "
+                              "is not an integer")
+        return ep
+
+    def _resolve_pp_comm(self) -> int:
+        header = self.workload.header
+        if header.pp_comm is None:
+            if self.pp > 1:
+                self._warn(f"{self.workload.path} has no pp_comm header key with pp {self.pp}: the PP exposed term "
+                           "is 0 (SimAI warns and does the same)")
+            return 0
+        (pp_comm,) = self.workload.require("pp_comm")
+        if self.pp == 1 and pp_comm:
+            self._warn(f"pp_comm is {pp_comm} with pp 1: SimAI warns and still adds the PP exposed term, as we do")
+        return pp_comm
+
+    # ---- one collective ----------------------------------------------------------------------
+
+    def group_size(self, column: str, group: str) -> int:
+        """n for a group in a column (SIMAI_ANALYTICAL.md, "Time of one collective"): fwd/ig: EP size
+        for EP, else TP size; wg: DP/EP for DP_EP, else DP size."""
+        if group in ("EP", "DP_EP") and self.ep is None:
+            (self.ep,) = self.workload.require("ep")
+        if column == "wg":
+            return self.dp // self.ep if group == "DP_EP" else self.dp
+        return self.ep if group == "EP" else self.tp
+
+    def _nics(self, divisor: int, what: str) -> float:
+        """NICs per server divided between GPU groups by integer division, as SimAI does; where that
+        gives 0 SimAI returns a busbw of -1, and we use the fraction instead."""
+        nics = self.nps // divisor
+        if nics >= 1:
+            return float(nics)
+        self._warn(f"{what}: SimAI 1.7 computes NICs per node as {self.nps}//{divisor} = 0 and gets a negative "
+                   f"bandwidth; using {self.nps}/{divisor} = {self.nps / divisor:g} NIC instead")
+        return f32(self.nps / divisor)
+
+    def shape(self, group: str, n: int) -> _Shape | None:
+        """(nodes, GPUs per node, NICs per node) of a group of n ranks, or None when it costs 0."""
+        tp, gps = self.tp, self.gps
+        if group == "TP":
+            if n <= 1:
+                return None
+            return _Shape(1, tp, float(self.nps)) if tp <= gps else _Shape(tp // gps, gps, float(self.nps))
+        if n <= 1:
+            return None
+        if group == "EP":
+            if tp * n <= gps:
+                return _Shape(1, gps // tp, float(self.nps))
+            nics = self._nics(gps if tp > gps else tp, f"EP group of {n} with tp {tp}")
+            shape = _Shape(tp * n // gps, max(gps // tp, 1), nics)
+        elif group == "DP":
+            shape = (_Shape(n, gps // tp, self._nics(tp, f"DP group with tp {tp}")) if tp <= gps
+                     else _Shape(n, 1, self._nics(gps, f"DP group with tp {tp}")))
+        elif group == "DP_EP":
+            span = tp * self.ep
+            shape = (_Shape(n, gps // span, self._nics(span, f"DP_EP group with tp*ep {span}")) if span <= gps
+                     else _Shape(n, 1, self._nics(gps, f"DP_EP group with tp*ep {span}")))
+        else:
+            return None
+        if shape.nodes * shape.gpus_per_node == 1:
+            raise ConfigError(f"SimAI 1.7 models the {group} group of {n} ranks (tp {tp}, {gps} GPUs per server) as "
+                              "one node with one GPU and divides by a zero bandwidth; choose a layout whose tp "
+                              "divides -g_p_s")
+        return shape
+
+    def busbw(self, comm_type: str, shape: _Shape) -> tuple[float, bool]:
+        """busbw in GiB/s (float32) and "is NVLink" (SIMAI_ANALYTICAL.md, "Bandwidth of one collective")."""
+        nv, gpn, nodes = self.nv, shape.gpus_per_node, shape.nodes
+        nic_total = f32(self.nic * shape.nics_per_node)
+        is_nvlink = False
+        if nodes == 1:
+            value = nv
+        elif gpn == 1:
+            value = nic_total
+        elif nic_total > nv:
+            nv_per_gpu = f32(f32(nv * gpn) / (gpn - 1))
+            value, is_nvlink = (nv_per_gpu, True) if nv_per_gpu < nic_total else (nic_total, False)
+        else:
+            value = nv if nv < nic_total else nic_total
+        if comm_type == ALL_TO_ALL:
+            if nodes == 1:
+                return nv, True
+            ranks = nodes * gpn
+            value = f32(f32(f32(nic_total / gpn) * (ranks - 1)) / ((nodes - 1) * gpn))
+        return value, is_nvlink
+
+    def ratio(self, comm_type: str, group: str, n: int, size: int, is_nvlink: bool) -> float:
+        """The size-dependent efficiency ratio (SIMAI_ANALYTICAL.md, "Size-dependent efficiency ratio")."""
+        tp, gps = self.tp, self.gps
+        if comm_type in (ALL_GATHER, REDUCE_SCATTER) and group == "TP":
+            table = simai_tables.NVLINK if is_nvlink else simai_tables.NIC
+            nodes = 1 if tp < gps else tp // gps
+        elif comm_type == ALL_TO_ALL and group == "EP":
+            table = simai_tables.ATA
+            nodes = 1 if tp * n <= gps else 9 if tp >= gps else tp * n // gps
+        elif comm_type == ALL_TO_ALL and group == "TP":
+            table = simai_tables.ATA
+            nodes = 1 if tp <= gps else tp // gps
+        else:
+            return 1.0
+        if size > table.max_size:
+            self._warn(f"a {comm_type} of {size} bytes in the {group} group is above the 16 GiB ratio table: "
+                       "clamped to the 16 GiB row (SimAI 1.7 aborts)")
+        return table.lookup(size, nodes)
+
+    def cost(self, column: str, token: str, size_bytes: int) -> CollectiveCost:
+        """Price one comm column of a record (size as written in the file).  Cached."""
+        key = (column, token, size_bytes)
+        cost = self._costs.get(key)
+        if cost is None:
+            cost = self._costs[key] = self._cost(column, token, size_bytes)
+        return cost
+
+    def _cost(self, column: str, token: str, size_bytes: int) -> CollectiveCost:
+        comm_type, group = classify(token, column)
+        n = self.group_size(column, group)
+        # SimAI scales sizes by its float comm_scale (1.0): a round trip through float32.
+        size = int(f32(size_bytes))
+        if column == "fwd" and 0 < size < FORWARD_FLOOR_BYTES:
+            size = FORWARD_FLOOR_BYTES
+        ratio, model_bw = 1.0, None
+        if comm_type is None:
+            time_ns, how = 0, "none"
+        elif 1 < size < SMALL_MESSAGE_BYTES:
+            time_ns, how = LATENCY_NS.get(n, 0), "latency"
+        else:
+            shape = self.shape(group, n)
+            if shape is None:
+                time_ns, how = 0, "unknown-group" if group == "OTHER" else "group-size-1"
+            else:
+                busbw, is_nvlink = self.busbw(comm_type, shape)
+                ratio = self.ratio(comm_type, group, n, size, is_nvlink)
+                model_bw = f32(ratio * busbw)
+                # size / 2^30 / (ratio * busbw) * 1e9 * F, in SimAI's order, truncated to whole ns.
+                seconds_x1e9 = size / GIB / model_bw * 1e9
+                if comm_type == ALL_REDUCE:
+                    seconds_x1e9 = seconds_x1e9 * 2
+                time_ns, how = int(seconds_x1e9 * (n - 1) / n), "bandwidth"
+        algbw, busbw_col = report_bandwidths(comm_type, n, size, time_ns)
+        return CollectiveCost(token, comm_type, group, n, size, time_ns, how, ratio, model_bw, algbw, busbw_col)
+
+    # ---- the iteration -----------------------------------------------------------------------
+
+    def default_pp_busbw(self) -> float:
+        """The DP group's inter-node busbw in GiB/s: an all-gather over max(dp, 2) nodes."""
+        shape = self.shape("DP", max(self.dp, 2))
+        assert shape is not None
+        return self.busbw(ALL_GATHER, shape)[0]
+
+    def run(self) -> SimulationResult:
+        """Cost every record and add up SimAI's end-to-end terms (SIMAI_ANALYTICAL.md, "Exposure,
+        bubble, totals").  Sums run in SimAI's order so that the doubles match too."""
+        layers: list[LayerResult] = []
+        dp_us = dp_ep_us = tp_us = ep_us = compute_us = exposed_us = bubble_acc_us = 0.0
+        dp_keep, tp_keep, ep_keep = self.dp_keep, self.tp_keep, self.ep_keep
+        cost = self.cost
+        for index, r in enumerate(self.workload.records):
+            # SimAI scales compute times by its float compute_scale (1.0): a float32 round trip.
+            fwd_c, ig_c, wg_c = int(f32(r.fwd_compute_ns)), int(f32(r.ig_compute_ns)), int(f32(r.wg_compute_ns))
+            fwd = cost("fwd", r.fwd_comm, r.fwd_size_bytes)
+            ig = cost("ig", r.ig_comm, r.ig_size_bytes)
+            wg = cost("wg", r.wg_comm, r.wg_size_bytes)
+            if r.name != BUBBLE_EXCLUDED:
+                bubble_acc_us += (fwd.time_ns + fwd_c + wg_c + ig_c + ig.time_ns) / 1000.0
+            wg_exp = _expose(wg.time_ns, dp_keep)
+            booked_wg = "DP_EP" if wg.group == "DP_EP" else "DP"
+            if booked_wg == "DP_EP":
+                dp_ep_us += wg_exp / 1000.0
+            else:
+                dp_us += wg_exp / 1000.0
+            if fwd.group == "EP":
+                booked = "EP"
+                fwd_exp, ig_exp = _expose(fwd.time_ns, ep_keep), _expose(ig.time_ns, ep_keep)
+                ep_us += (fwd_exp + ig_exp) / 1000.0
+            else:
+                booked = "TP"
+                fwd_exp, ig_exp = _expose(fwd.time_ns, tp_keep), _expose(ig.time_ns, tp_keep)
+                tp_us += (fwd_exp + ig_exp) / 1000.0
+            compute_us += fwd_c / 1000.0
+            compute_us += wg_c / 1000.0
+            compute_us += ig_c / 1000.0
+            exposed_us += fwd_exp / 1000.0
+            exposed_us += wg_exp / 1000.0
+            exposed_us += ig_exp / 1000.0
+            layers.append(LayerResult(index, r.name, fwd_c, ig_c, wg_c, fwd, ig, wg, fwd_exp, ig_exp, wg_exp,
+                                      booked, booked_wg))
+        bubble_us = bubble_acc_us * (float(self.pp - 1) / (self.ga * self.vpp))
+        pp_busbw = None
+        pp_us = 0
+        if self.pp_comm and self.pp_keep:  # SimAI adds the term whenever pp_comm is non-zero, pp 1 included
+            pp_busbw = f32(self.options.pp_busbw) if self.options.pp_busbw is not None else self.default_pp_busbw()
+            # truncate(truncate(2 * vpp * ga * (pp_comm / 2^30) / X * 1e9 / 1000) * (1 - pp_o)), in us.
+            pp_raw = int(2 * self.vpp * self.ga * (self.pp_comm / GIB / pp_busbw * 1e9) / 1000.0)
+            pp_us = _expose(pp_raw, self.pp_keep)
+        total_us = compute_us + exposed_us + bubble_us + pp_us
+        totals = Totals(dp_us, dp_ep_us, tp_us, ep_us, float(pp_us), bubble_us, compute_us, exposed_us, total_us)
+        setup = dict(
+            tp=self.tp, ep=self.ep, pp=self.pp, vpp=self.vpp, ga=self.ga, dp=self.dp, gpus=self.gpus,
+            gpus_per_server=self.gps, nics_per_server=self.nps, nvlink_gibps=self.nv, nic_gibps=self.nic,
+            pp_comm_bytes=self.pp_comm, pp_busbw_gibps=pp_busbw, bubble_accumulator_us=bubble_acc_us,
+            dp_overlap=self.options.dp_overlap, tp_overlap=self.options.tp_overlap,
+            ep_overlap=self.options.ep_overlap, pp_overlap=self.options.pp_overlap,
+        )
+        return SimulationResult("simai", self.workload.path, layers, totals, setup, list(self.warnings))
+
+
+def _expose(time_ns: int, keep: float) -> int:
+    """truncate(time * (1 - overlap)) as SimAI computes it: the integer ns converted to a C float,
+    multiplied by a float, truncated (above 2^24 ns the conversion rounds to float32)."""
+    if keep == 1.0:
+        return int(f32(time_ns)) if time_ns > 1 << 24 else time_ns
+    return int(f32(f32(time_ns) * keep))
+
+
+def report_bandwidths(comm_type: str | None, n: int, size: int, time_ns: int) -> tuple[float, float]:
+    """The report's algbw and busbw in GiB/s, as C floats (SIMAI_ANALYTICAL.md, "Per-layer bandwidth
+    columns"): algbw = size / 2^30 / (time in s) using the costed size; busbw = algbw * F, 0 for no
+    communication.  A time of 0 gives NaN (size 0) or inf, as SimAI's division by zero does."""
+    if time_ns == 0:
+        algbw = math.nan if size == 0 else math.inf
+    else:
+        algbw = f32(size / (time_ns / 1000.0) * 1000000 / GIB)
+    if comm_type == ALL_REDUCE:
+        busbw = f32(f32(f32(algbw * 2) * (n - 1)) / n)
+    elif comm_type is not None:
+        busbw = f32(f32(algbw * (n - 1)) / n)
+    else:
+        busbw = 0.0
+    return algbw, busbw
