@@ -171,6 +171,9 @@ MOE = [
 ]
 AIOB = [
     _switch("--aiob_enable", "measure computation times on this device (AIOB)"),
+    _f("--compute_source", None, "where computation times come from: aiob, file, roofline or placeholder "
+       "(default: aiob with --aiob_enable, file with --comp_filepath, else roofline when --gpu_type is known, "
+       "else placeholder)", type=str, choices=("aiob", "file", "roofline", "placeholder")),
     _f("--comp_filepath", None, "read computation times from this AIOB file", type=str),
     _switch("--gated_linear_unit", "gated linear unit (set by --swiglu)"),
     _switch("--bias_gelu_fusion", "fused bias+GeLU"),

@@ -70,6 +70,7 @@ class MegatronWorkload(WorkloadGenerator):
         self._batch_cache: dict[int, list[WorkItem]] = {}
         self._p2p_cache: dict[tuple[str, tuple[str, ...]], list[WorkItem]] = {}
         self._synced_backward: dict[int, list[WorkItem]] = {}
+        self._bucket_items: dict[tuple, list[WorkItem]] = {}
 
     # ---- sizes ----------------------------------------------------------------------------------
 
@@ -177,23 +178,36 @@ class MegatronWorkload(WorkloadGenerator):
         return [comm(ctype, buffer.group, buffer.size, b.numel * GRAD_BYTES, stage, meta={"bucket": b.index, "chunk": index})
                 for b in buckets]
 
+    def closing_buckets(self, index: int) -> dict[str, list[tuple[GradBuffer, Bucket]]]:
+        """Buckets of chunk ``index`` keyed by the parameter whose gradient completes them."""
+        closing: dict[str, list[tuple[GradBuffer, Bucket]]] = {}
+        for buffer in self.buffers[index]:
+            for bucket in buffer.buckets:
+                closing.setdefault(bucket.last_param, []).append((buffer, bucket))
+        return closing
+
+    def bucket_collectives(self, index: int, buffer: GradBuffer, bucket: Bucket) -> list[WorkItem]:
+        """The reduction of one bucket issued from backward (``--overlap_grad_reduce``), cached so that
+        every view of the workload shares the item."""
+        key = (index, buffer.group, bucket.index)
+        items = self._bucket_items.get(key)
+        if items is None:
+            items = self._bucket_items[key] = self._grad_collectives(index, buffer, [bucket], "backward.overlap_grad_reduce")
+        return items
+
     def _backward_with_grad_sync(self, index: int) -> list[WorkItem]:
         """The last micro-batch's backward of a chunk with ``--overlap_grad_reduce``: each bucket's
         reduction is issued as soon as its last parameter's gradient is produced."""
         cached = self._synced_backward.get(index)
         if cached is not None:
             return cached
-        chunk = self.chunks[index]
-        closing: dict[str, list[tuple[GradBuffer, Bucket]]] = {}
-        for buffer in self.buffers[index]:
-            for bucket in buffer.buckets:
-                closing.setdefault(bucket.last_param, []).append((buffer, bucket))
+        closing = self.closing_buckets(index)
         out: list[WorkItem] = []
-        for module, items in chunk.backward_segments():
+        for module, items in self.chunks[index].backward_segments():
             out.extend(items)
             for param in module.params:
                 for buffer, bucket in closing.get(param.name, ()):
-                    out.extend(self._grad_collectives(index, buffer, [bucket], "backward.overlap_grad_reduce"))
+                    out.extend(self.bucket_collectives(index, buffer, bucket))
         self._synced_backward[index] = out
         return out
 

@@ -1,0 +1,191 @@
+"""AICB's compute-time file (FORMATS.md section 6): reader, writer, and which section times which
+computation item.
+
+```
+train_iter:<iterations>
+<section>:
+    time_gpu_max: <us>
+    time_gpu_min: <us>
+    time_gpu_avg: <us>
+```
+
+Times are microseconds.  AICB's sections (``Emb``, ``layernorm``, ``atten_qkv``, ``atten_flash`` or
+``atten_core_qk`` + ``atten_core_softmax`` + ``atten_core_contex``, ``atten_linear``, ``layernorm2``,
+``mlp_linear_1``, ``mlp_gelu``, ``mlp_linear_2``, ``layernorm_post``, ``logit_time``, ``param_time``)
+hold forward times.  Our files add sections AICB's readers ignore or file under "other": backward
+times (``bwd_qkv``, ``bwd_core``, ...: names without ``atten`` or ``mlp``, which AICB's reader would
+add to its attention or MLP sums), MoE and MLA operations (``moe_*``, ``mla_*``), and per-section
+``implementation:`` lines plus top-level ``compute_source:`` / ``device:`` lines.
+
+Without a backward section, a GEMM's input-gradient and weight-gradient passes each take its forward
+time (same FLOPs), attention's backward twice its forward (two GEMMs per forward GEMM), and an
+elementwise operation's backward its forward time.  AICB instead takes backward = forward for the
+whole layer, which undercounts the GEMMs' backward by half.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+
+from utils.errors import FormatError
+from utils.io import atomic_write
+
+# Forward section of each operation (by the suffix of the mocked module's name) and its backward
+# section in our files.
+FORWARD_SECTIONS: tuple[tuple[str, str, str], ...] = (
+    # (name suffix, forward section, backward section)
+    ("mlp.shared_experts.linear_fc1", "moe_shared_fc1", "bwd_moe_shared_fc1"),
+    ("mlp.shared_experts.activation", "moe_shared_act", "bwd_moe_shared_act"),
+    ("mlp.shared_experts.linear_fc2", "moe_shared_fc2", "bwd_moe_shared_fc2"),
+    ("mlp.experts.fc1", "moe_expert_fc1", "bwd_moe_expert_fc1"),
+    ("mlp.experts.fc2", "moe_expert_fc2", "bwd_moe_expert_fc2"),
+    ("mlp.experts", "moe_expert_act", "bwd_moe_expert_act"),
+    ("mlp.router", "moe_router", "bwd_moe_router"),
+    ("self_attention.linear_q_down_proj", "mla_q_down", "bwd_mla_q_down"),
+    ("self_attention.q_layernorm", "mla_q_norm", "bwd_mla_q_norm"),
+    ("self_attention.linear_q_up_proj", "mla_q_up", "bwd_mla_q_up"),
+    ("self_attention.linear_q_proj", "mla_q_proj", "bwd_mla_q_proj"),
+    ("self_attention.linear_kv_down_proj", "mla_kv_down", "bwd_mla_kv_down"),
+    ("self_attention.kv_layernorm", "mla_kv_norm", "bwd_mla_kv_norm"),
+    ("self_attention.linear_kv_up_proj", "mla_kv_up", "bwd_mla_kv_up"),
+    ("self_attention.qk_layernorm", "qk_norm", "bwd_qk_norm"),
+    ("self_attention.linear_qkv", "atten_qkv", "bwd_qkv"),
+    ("self_attention.core_attention", "atten_flash", "bwd_core"),
+    ("self_attention.linear_proj", "atten_linear", "bwd_proj"),
+    ("input_layernorm", "layernorm", "bwd_norm1"),
+    ("pre_mlp_layernorm", "layernorm2", "bwd_norm2"),
+    ("mlp.linear_fc1", "mlp_linear_1", "bwd_fc1"),
+    ("mlp.activation", "mlp_gelu", "bwd_act"),
+    ("mlp.linear_fc2", "mlp_linear_2", "bwd_fc2"),
+    ("final_layernorm", "layernorm_post", "bwd_norm_post"),
+    ("output_layer", "logit_time", "bwd_logit"),
+    ("embedding", "Emb", "bwd_emb"),
+    ("loss", "loss", "bwd_loss"),
+)
+CORE_PARTS = ("atten_core_qk", "atten_core_softmax", "atten_core_contex")
+"""AICB's split of attention without flash attention; their sum stands for ``atten_flash``."""
+
+
+def sections_of(name: str) -> tuple[str, str] | None:
+    """``(forward section, backward section)`` of a mocked module name, or ``None``."""
+    for suffix, forward, backward in FORWARD_SECTIONS:
+        if name == suffix or name.endswith("." + suffix) or name.endswith(suffix):
+            return forward, backward
+    return None
+
+
+@dataclass
+class SectionTimes:
+    """One section: max, min and average time in microseconds, and which implementation ran."""
+
+    max_us: float
+    min_us: float
+    avg_us: float
+    implementation: str | None = None
+
+
+@dataclass
+class ComputeFile:
+    """A compute-time file: measured iterations, top-level labels, and the sections in order."""
+
+    iterations: int = 1
+    sections: dict[str, SectionTimes] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def avg_us(self, section: str) -> float | None:
+        """Average time of ``section`` (``atten_flash`` falls back to the sum of AICB's core parts)."""
+        entry = self.sections.get(section)
+        if entry is not None:
+            return entry.avg_us
+        if section == "atten_flash" and all(p in self.sections for p in CORE_PARTS):
+            return sum(self.sections[p].avg_us for p in CORE_PARTS)
+        return None
+
+    # ---- text ---------------------------------------------------------------------------------
+
+    def dumps(self) -> str:
+        lines = [f"train_iter:{self.iterations}"]
+        lines += [f"{key}: {value}" for key, value in self.labels.items()]
+        for name, t in self.sections.items():
+            lines.append(f"{name}:")
+            lines += [f"    time_gpu_max: {_num(t.max_us)}", f"    time_gpu_min: {_num(t.min_us)}",
+                      f"    time_gpu_avg: {_num(t.avg_us)}"]
+            if t.implementation:
+                lines.append(f"    implementation: {t.implementation}")
+        return "\n".join(lines) + "\n"
+
+    def write(self, path: str | os.PathLike) -> None:
+        with atomic_write(path) as handle:
+            handle.write(self.dumps())
+
+    @classmethod
+    def read(cls, path: str | os.PathLike) -> ComputeFile:
+        path = os.fspath(path)
+        try:
+            with open(path, encoding="utf-8") as handle:
+                text = handle.read()
+        except OSError as exc:
+            raise FormatError(path, f"cannot read: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise FormatError(path, "not a text file (expected an AIOB compute-time file)") from None
+        return cls.loads(text, path)
+
+    @classmethod
+    def loads(cls, text: str, path: str = "<compute file>") -> ComputeFile:
+        """Parse a compute file.  Section headers are ``name:`` at the start of a line, their fields
+        indented ``key: value`` lines; a section needs ``time_gpu_avg`` (max and min default to it)."""
+        out = cls()
+        current: str | None = None
+        fields: dict[str, dict[str, str]] = {}
+        lines: dict[str, int] = {}
+        seen_iter = False
+        for number, raw in enumerate(text.splitlines(), start=1):
+            if not raw.strip():
+                continue
+            indented = raw[:1].isspace()
+            key, sep, value = raw.strip().partition(":")
+            if not sep or not re.fullmatch(r"[A-Za-z_][\w.\-]*", key):
+                raise FormatError(path, f"expected 'name:' or '    key: value', got {raw.strip()!r}", line=number)
+            value = value.strip()
+            if indented:
+                if current is None:
+                    raise FormatError(path, f"field {key!r} outside any section", line=number)
+                fields[current][key] = value
+            elif key == "train_iter":
+                try:
+                    out.iterations = int(value)
+                except ValueError:
+                    raise FormatError(path, f"expected an integer count, got {value!r}", line=number,
+                                      field="train_iter") from None
+                seen_iter = True
+            elif value:
+                out.labels[key] = value
+            else:
+                current = key
+                fields[current] = {}
+                lines[current] = number
+        if not seen_iter and not fields:
+            raise FormatError(path, "no 'train_iter:' line and no sections (expected an AIOB compute-time file)")
+        for name, values in fields.items():
+            times = {}
+            for key in ("time_gpu_avg", "time_gpu_max", "time_gpu_min"):
+                if key in values:
+                    try:
+                        times[key] = float(values[key])
+                    except ValueError:
+                        raise FormatError(path, f"expected microseconds, got {values[key]!r}", line=lines[name],
+                                          field=f"{name}.{key}") from None
+            if "time_gpu_avg" not in times:
+                continue  # e.g. AICB's inference files carry other sections
+            avg = times["time_gpu_avg"]
+            if avg < 0:
+                raise FormatError(path, f"negative time {avg}", line=lines[name], field=f"{name}.time_gpu_avg")
+            out.sections[name] = SectionTimes(times.get("time_gpu_max", avg), times.get("time_gpu_min", avg), avg,
+                                              values.get("implementation"))
+        return out
+
+
+def _num(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:.3f}"
