@@ -1,4 +1,5 @@
-"""The CPU demo of the README's quick start: generate a Megatron workload and summarise it.
+"""The CPU demo of the README's quick start: generate a Megatron workload, its SimAI file and a
+topology, and simulate the iteration.
 
 Everything runs on this machine's CPU in a few seconds; outputs go to results/demo/.
 """
@@ -43,6 +44,17 @@ def main() -> None:
     print(f"  {'collective':<16}{'group':<16}{'count':>7}{'bytes':>14}")
     for key in sorted(counts):
         print(f"  {key[0]:<16}{key[1]:<16}{counts[key]:>7}{format_size(volume[key]):>14}")
+    simai_txt = OUT / "gpt_tiny_tp2_pp2_simai.txt"
+    step("2. Derive the SimAI workload from the same items (AICB's compute file for the times)",
+         "-m", "workload_generator.SimAI_training_workload_generator", "--model_name", "gpt_tiny", "--world_size", "8",
+         "--tensor_model_parallel_size", "2", "--pipeline_model_parallel", "2", "--enable_sequence_parallel",
+         "--use-distributed-optimizer", "--global_batch", "8", "--seq_length", "256",
+         "--comp_filepath", "tests/data/examples/aiob_Example.txt", "--output", str(simai_txt))
+    step("3. Write a Spectrum-X topology of 16 H100s (SimAI's format)",
+         "-m", "topo.gen", "-topo", "Spectrum-X", "-g", "16", "-o", str(OUT) + "/")
+    step("4. Simulate one iteration with SimAI's analytical model",
+         "-m", "simulator", "-w", str(simai_txt), "-g", "8", "-g_p_s", "8", "-n_p_s", "8", "-g_type", "H100",
+         "-r", str(OUT) + "/")
     print(f"\nDemo outputs are in {OUT.relative_to(ROOT)}/")
 
 
