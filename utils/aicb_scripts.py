@@ -90,6 +90,33 @@ MEGATRON_WORKLOAD_WITH_AIOB = Script(
     size_defaults={"7": {"tensor_model_parallel_size": "4"}, "moe": {"tensor_model_parallel_size": "4"}},
 )
 SCRIPTS = {s.name: s for s in (MEGATRON_GPT, MEGATRON_WORKLOAD_WITH_AIOB)}
+
+# deepspeed_llama.sh: LLaMA -m 7/13/30/65 (7 by default), ZeRO stage 3, 10 iterations, micro-batch 4,
+# one micro-batch per replica (global batch = world x micro-batch).  Each flag sets what it names:
+# AICB's script stores --max_live_parameters in the prefetch bucket and lets --contiguous-gradients
+# swallow the flag after it.
+DEEPSPEED_LLAMA = Script(
+    "deepspeed_llama",
+    {**_COMMON_VALUES,
+     "model_name": ("--model_name", "--model-name"),
+     "model_size": ("-m", "--model_size", "--model-size"),
+     "stage": ("--stage", "--zero_stage", "--zero-stage"),
+     "epoch_num": ("--epoch_num", "--epoch-num"),
+     "micro_batch": ("--micro_batch", "--batch_size", "--batch-size"),
+     "seq_length": ("--seq_length", "--seq_len", "--seq-len"),
+     "reduce_bucket_size": ("--reduce_bucket_size", "--reduce-bucket-size"),
+     "allgather_bucket_size": ("--allgather_bucket_size", "--allgather-bucket-size"),
+     "prefetch_bucket_size": ("--prefetch_bucket_size", "--prefetch-bucket-size"),
+     "max_live_parameters": ("--max_live_parameters", "--max-live-parameters"),
+     "param_persistence_threshold": ("--param_persistence_threshold", "--param-persistence-threshold"),
+     "model_persistence_threshold": ("--model_persistence_threshold", "--model-persistence-threshold")},
+    {**_COMMON_SWITCHES,
+     "contiguous_gradients": ("--contiguous_gradients", "--contiguous-gradients"),
+     "amp_enabled": ("--amp_enabled", "--amp-enabled")},
+    defaults={"frame": "DeepSpeed", "model_size": "7", "stage": "3", "epoch_num": "10", "micro_batch": "4",
+              "seq_length": "2048"},
+)
+SCRIPTS[DEEPSPEED_LLAMA.name] = DEEPSPEED_LLAMA
 # Uneven stages for Llama 3 405B on 16 stages (7 + 14 x 8 + 7 = 126 layers), as Meta trained it.
 _UNEVEN = {("405", "16"): ("7", "7")}
 
@@ -138,11 +165,13 @@ def command_for(script: Script, argv: list[str], gpus_on_node: int | None = None
     launcher = {k: values.pop(k) for k in ("node_rank", "master_addr", "master_port") if k in values}
     if "world_size" not in values:
         values["world_size"] = str(nnodes * nproc)
-    world, tp = int(values["world_size"]), int(values["tensor_model_parallel_size"])
-    pp, cp = int(values["pipeline_model_parallel"]), int(values.get("context_parallel_size", 1))
+    world, tp = int(values["world_size"]), int(values.get("tensor_model_parallel_size", 1))
+    pp, cp = int(values.get("pipeline_model_parallel", 1)), int(values.get("context_parallel_size", 1))
+    # micro-batches per replica when the global batch is not given: 2, or 1 in deepspeed_llama.sh
+    per_replica = 1 if script is DEEPSPEED_LLAMA else 2
     if "global_batch" not in values and world % (tp * pp * cp) == 0:
-        values["global_batch"] = str(2 * (world // (tp * pp * cp)) * int(values["micro_batch"]))
-    uneven = _UNEVEN.get((str(size), values["pipeline_model_parallel"]))
+        values["global_batch"] = str(per_replica * (world // (tp * pp * cp)) * int(values["micro_batch"]))
+    uneven = _UNEVEN.get((str(size), values.get("pipeline_model_parallel", "1")))
     if uneven and "num_layers" not in given:
         rest = ["--decoder_first_pipeline_num_layers", uneven[0], "--decoder_last_pipeline_num_layers", uneven[1], *rest]
     if script is MEGATRON_GPT:
@@ -152,6 +181,9 @@ def command_for(script: Script, argv: list[str], gpus_on_node: int | None = None
     args += rest
     if script is MEGATRON_WORKLOAD_WITH_AIOB:
         return [sys.executable, "-m", "workload_generator.SimAI_training_workload_generator", *args]
+    if script is DEEPSPEED_LLAMA and "workload_only" in switches:
+        entry = "generate_deepspeed_stage3_workload" if values.get("stage") == "3" else "generate_deepspeed_stage1_2_workload"
+        return [sys.executable, "-m", f"workload_generator.{entry}", *args]
     if "workload_only" in switches:
         return [sys.executable, "-m", "workload_generator.generate_megatron_workload", *args]
     torchrun = shutil.which("torchrun") or "torchrun"

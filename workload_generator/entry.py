@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from utils.config import JobConfig
@@ -17,12 +19,37 @@ def generator_for(job: JobConfig, pp_rank: int | None = None):
         from workload_generator.megatron import MegatronWorkload
 
         return MegatronWorkload(job, pp_rank=pp_rank)
-    raise ConfigError(f"--frame {frame} cannot generate a training workload here; use --frame Megatron")
+    if frame == "DeepSpeed":
+        from workload_generator.deepspeed import deepspeed_workload
+
+        return deepspeed_workload(job)
+    raise ConfigError(f"--frame {frame} generates no training workload; use Megatron, DeepSeek or DeepSpeed "
+                      "(collective_test runs its sweep under torchrun)")
 
 
 def build_workload(job: JobConfig, pp_rank: int | None = None) -> Workload:
     """Generate the workload of the selected pipeline rank (``--pp_rank``)."""
     return generator_for(job, pp_rank)()
+
+
+def build_timed_workload(job: JobConfig, values: dict[str, Any], pp_rank: int | None = None,
+                         log: Callable[[str], None] | None = print) -> Workload:
+    """The workload with its computation times from ``--compute_source`` (default: measured with
+    ``--aiob_enable``, read from ``--comp_filepath``, else none).  A time source implies
+    ``--computation_enable``; ``--aiob_enable`` measures in this one process (no torchrun needed)
+    and writes the compute file to ``results/aiob_outputs/`` (under ``--output_dir`` when given)."""
+    from workload_generator.compute_times import default_source, fill_job_times
+
+    source = default_source(job, values.get("compute_source"))
+    if source != "placeholder" and not job.training.computation_enable:
+        job = replace(job, training=replace(job.training, computation_enable=True))
+    workload = build_workload(job, pp_rank)
+    if source != "placeholder":
+        report = fill_job_times(workload.items, job, source, values)
+        if log is not None:
+            log(report.summary())
+    workload.compute_source = source
+    return workload
 
 
 def default_workload_path(job: JobConfig, values: dict[str, Any], generator_name: str) -> str:
