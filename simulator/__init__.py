@@ -4,8 +4,12 @@ Models (``--model``):
 
 - ``simai``: SimAI 1.7's analytical model, reproduced number for number
   (``SIMAI_ANALYTICAL.md``; :mod:`simulator.simai_model`).
-- ``topo``: our topology-aware model (``SIM_MODEL.md``), plugged in through
-  :data:`simulator.api.MODELS`.
+- ``topo``: our topology-aware model (``SIM_MODEL.md``; :mod:`simulator.topo_model`): NCCL's
+  alpha-beta costs (:mod:`simulator.collectives`) over the topology and the rank placement
+  (:mod:`simulator.fabric`), stage programs from SimAI files or our Megatron workloads
+  (:mod:`simulator.programs`), the real 1F1B / interleaved schedule played across stages
+  (:mod:`simulator.engine`), a Perfetto trace (:mod:`simulator.trace`) and a breakdown plot
+  (:mod:`simulator.plot`).
 
 Use :func:`simulator.api.simulate` from Python; it returns a :class:`simulator.result.SimulationResult`
 whose tables are pandas DataFrames.  This package imports nothing heavy at import time.

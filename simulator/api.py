@@ -1,12 +1,20 @@
-"""Python entry point: ``simulate(workload, options) -> SimulationResult``.
+"""Python entry point: ``simulate(workload, topology, options) -> SimulationResult``.
 
     >>> from simulator.api import simulate
-    >>> from simulator.options import SimAIOptions
-    >>> result = simulate("workload.txt", SimAIOptions(gpus_per_server=8, nics_per_server=8))
-    >>> result.summary_table()        # pandas: term, time_us, share_pct
-    >>> result.layer_table()          # pandas: one row per layer record, times in us
+    >>> from simulator.options import SimAIOptions, TopoOptions
+    >>> r = simulate("workload.txt", SimAIOptions(gpus_per_server=8, nics_per_server=8))   # SimAI 1.7's model
+    >>> r = simulate("workload.txt", "Spectrum-X_128g_8gps_400Gbps_H100")                  # ours, on a topology
+    >>> r = simulate(job, topology, TopoOptions(overlap_grad_reduce=True))                  # a JobConfig
+    >>> r.iteration_us, r.summary_table(), r.stage_table(), r.collective_table(), r.layer_table()
 
-Models plug in through :data:`MODELS` (name -> runner taking the workload and the options).
+``workload``: a :class:`SimAIWorkload` or a path to one (both models); for ``topo`` also a
+``JobConfig`` (its Megatron workloads are generated) or ``megatron_pipeline(job)``'s list of
+per-stage Workloads.  ``topology``: a path or a :class:`topo.Topology` (``topo`` only; None derives a
+two-tier fabric from the options).  ``model``: ``simai`` or ``topo``; by default ``topo`` when a
+topology or :class:`TopoOptions` is given, else ``simai``.  The old call ``simulate(workload,
+options, model=...)`` still works.
+
+Models plug in through :data:`MODELS` (name -> runner taking the workload, the topology and the options).
 """
 
 from __future__ import annotations
@@ -15,21 +23,35 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from simulator.options import SimAIOptions
+from simulator.options import SimAIOptions, TopoOptions
 from simulator.result import SimulationResult
+from utils.errors import ConfigError
 from workload_generator.simai import SimAIWorkload
 
 
-def _run_simai(workload: SimAIWorkload, options: Any) -> SimulationResult:
+def _run_simai(workload: Any, topology: Any, options: Any) -> SimulationResult:
     from simulator.simai_model import SimAIModel
 
+    if topology is not None:
+        raise ConfigError("-t/--topology is read by --model topo only (SimAI's analytical model ignores topologies)")
+    if options is None:
+        options = SimAIOptions()
     if not isinstance(options, SimAIOptions):
         raise TypeError(f"the simai model takes SimAIOptions, got {type(options).__name__}")
-    return SimAIModel(workload, options).run()
+    loaded = load_workload(workload)
+    result = SimAIModel(loaded, options).run()
+    result.warnings[:0] = loaded.warnings
+    return result
 
 
-MODELS: dict[str, Callable[[SimAIWorkload, Any], SimulationResult]] = {"simai": _run_simai}
-"""Available models.  ``topo`` (SIM_MODEL.md) registers here when it exists."""
+def _run_topo(workload: Any, topology: Any, options: Any) -> SimulationResult:
+    from simulator.topo_model import run_topo
+
+    return run_topo(workload, topology, options)
+
+
+MODELS: dict[str, Callable[[Any, Any, Any], SimulationResult]] = {"simai": _run_simai, "topo": _run_topo}
+"""Available models: runner(workload, topology, options) -> SimulationResult."""
 
 
 def load_workload(workload: SimAIWorkload | str | os.PathLike) -> SimAIWorkload:
@@ -39,17 +61,23 @@ def load_workload(workload: SimAIWorkload | str | os.PathLike) -> SimAIWorkload:
     return SimAIWorkload.read(workload, strict=False)
 
 
-def simulate(workload: SimAIWorkload | str | os.PathLike, options: Any, model: str = "simai") -> SimulationResult:
-    """Simulate one training iteration of ``workload`` (a :class:`SimAIWorkload` or a path).
+def simulate(workload: Any, topology: Any = None, options: Any = None, model: str | None = None) -> SimulationResult:
+    """Simulate one training iteration of ``workload`` (see the module docstring).
 
     Raises :class:`utils.errors.UserError` subclasses for bad inputs (file format, missing header
-    keys, impossible layouts) and ``ValueError`` for an unknown model name.
+    keys, impossible layouts, a topology too small) and ``ValueError`` for an unknown model name.
     """
+    if options is None and isinstance(topology, (SimAIOptions, TopoOptions)):
+        topology, options = None, topology  # the original simulate(workload, options) call
+    if model is None:
+        model = "simai" if isinstance(options, SimAIOptions) or (topology is None and options is None
+                                                                 and _is_simai_input(workload)) else "topo"
     try:
         runner = MODELS[model]
     except KeyError:
         raise ValueError(f"unknown model {model!r} (available: {', '.join(MODELS)})") from None
-    loaded = load_workload(workload)
-    result = runner(loaded, options)
-    result.warnings[:0] = loaded.warnings
-    return result
+    return runner(workload, topology, options)
+
+
+def _is_simai_input(workload: Any) -> bool:
+    return isinstance(workload, (SimAIWorkload, str, os.PathLike))

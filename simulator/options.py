@@ -6,7 +6,9 @@ GiB/s for SimAI compatibility only); overlap ratios are fractions in [0, 1].
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from simulator.cfloat import f32
 from utils.errors import ConfigError
@@ -96,3 +98,79 @@ class SimAIOptions:
         if self.nic_busbw is not None and self.nic_busbw > 0:
             return f32(self.nic_busbw)
         return f32(NIC_BUSBW_GIBPS[self.nic_type or DEFAULT_NIC_TYPE])
+
+
+@dataclass(frozen=True)
+class TopoOptions:
+    """Inputs of ``--model topo`` besides the workload and the topology (SIM_MODEL.md).
+
+    - ``gpus`` (-g): ranks to place (default: the workload's ``all_gpus`` / the job's world size);
+      the topology must hold at least that many GPUs.
+    - Without a topology, the model derives a two-tier fabric (:class:`simulator.fabric.DerivedFabric`)
+      from ``gpus_per_server`` (-g_p_s, required then), ``nics_per_server`` (-n_p_s, default one NIC per
+      GPU), ``nvlink_bw`` / ``nic_busbw`` (-nv / -nic, GiB/s busbw as SimAI reads them; defaults by
+      ``gpu_type`` / ``nic_type`` as in :class:`SimAIOptions`).  With a topology, ``gpus_per_server``,
+      when given, must match it.
+    - ``nvlink_efficiency`` / ``nic_efficiency``: the share of a link's nominal rate a collective's
+      busbw reaches; ``None`` takes 0.824 / 0.97 with a topology file
+      (:data:`simulator.collectives.NVLINK_EFFICIENCY`, :data:`~simulator.collectives.NIC_EFFICIENCY`)
+      and 1.0 for the derived fabric, whose -nv / -nic are busbw already.
+    - ``latency_scale`` multiplies every latency (alpha) term; 0 gives a pure bandwidth model.
+    - ``overlap_grad_reduce``: overlap DP/EP gradient reduction with backward as buckets complete
+      (``None``: as the workload was generated; SimAI files: True).
+    - ``tp_comm_overlap``: every TP collective runs beside the compute (Megatron's --tp-comm-overlap);
+      otherwise only collectives a workload marks ``meta["overlappable"]`` do.
+    - ``peak_tflops``: dense peak TFLOP/s per GPU for the MFU (default by GPU type).
+    - ``compute_time_ns``: ``item -> ns or None`` for computation items of our workloads (default:
+      the item's ``time_ns``; e.g. ``mocked_model.aiob.roofline.estimator("H100")``).
+    """
+
+    gpus: int | None = None
+    gpus_per_server: int | None = None
+    nics_per_server: int | None = None
+    nvlink_bw: float | None = None
+    nic_busbw: float | None = None
+    gpu_type: str | None = None
+    nic_type: str | None = None
+    nvlink_efficiency: float | None = None
+    nic_efficiency: float | None = None
+    latency_scale: float = 1.0
+    overlap_grad_reduce: bool | None = None
+    tp_comm_overlap: bool = False
+    peak_tflops: float | None = None
+    compute_time_ns: Callable[[Any], float | None] | None = None
+
+    def __post_init__(self) -> None:
+        for name, flag in (("gpus", "-g/--gpus"), ("gpus_per_server", "-g_p_s/--gpus_per_server"),
+                           ("nics_per_server", "-n_p_s/--nics_per_server")):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ConfigError(f"{flag} must be a positive integer, got {value!r}")
+        for name, flag in (("nvlink_efficiency", "--nvlink_efficiency"), ("nic_efficiency", "--nic_efficiency")):
+            value = getattr(self, name)
+            if value is not None and not 0.0 < value <= 1.0:
+                raise ConfigError(f"{flag} must be a fraction in (0, 1], got {value}")
+        if not self.latency_scale >= 0.0:
+            raise ConfigError(f"--latency_scale must be >= 0, got {self.latency_scale}")
+        if self.peak_tflops is not None and not self.peak_tflops > 0:
+            raise ConfigError(f"--peak_tflops must be positive, got {self.peak_tflops}")
+        if self.compute_time_ns is not None and not callable(self.compute_time_ns):
+            raise ConfigError("compute_time_ns must be a callable item -> ns or None")
+        if self.gpu_type is not None:
+            object.__setattr__(self, "gpu_type", gpu_type_name(self.gpu_type))
+        if self.nic_type is not None:
+            object.__setattr__(self, "nic_type", nic_type_name(self.nic_type))
+
+    @property
+    def nvlink_gibps(self) -> float:
+        """Derived fabric: NVLink busbw in GiB/s (-nv, else by GPU type as SimAI)."""
+        if self.nvlink_bw is not None and self.nvlink_bw > 0:
+            return self.nvlink_bw
+        return GPU_NVLINK_GIBPS[self.gpu_type or DEFAULT_GPU_TYPE]
+
+    @property
+    def nic_gibps(self) -> float:
+        """Derived fabric: busbw of one NIC in GiB/s (-nic, else by NIC type as SimAI)."""
+        if self.nic_busbw is not None and self.nic_busbw > 0:
+            return self.nic_busbw
+        return NIC_BUSBW_GIBPS[self.nic_type or DEFAULT_NIC_TYPE]

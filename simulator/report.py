@@ -6,8 +6,13 @@
 - ``<prefix>simai_layers.csv``: ours, one row per layer record with every phase's compute, comm
   and exposed time in microseconds (three decimals: exact for integer ns), the comm token, type,
   group, group size, size in bytes, the rule that priced it and the bandwidths in GiB/s.
+- ``--model topo`` writes EndToEnd.csv for its busiest stage (the EndToEnd layer rows are that stage's
+  records or layers, comm ``how`` = NCCL's algorithm/protocol) and, instead of the simai layers file:
+  ``<prefix>topo_stages.csv`` (one row per stage, us), ``<prefix>topo_layers.csv`` (per stage and
+  layer, us) and ``<prefix>topo_collectives.csv`` (every distinct collective: group shape, NCCL's
+  algorithm and protocol, time in us, algbw/busbw in GB/s, count per iteration).
 
-Both are written atomically; nothing is written when anything fails.
+All are written atomically, after every text is built; nothing is written when anything fails.
 """
 
 from __future__ import annotations
@@ -93,8 +98,55 @@ def layers_csv_text(result: SimulationResult) -> str:
     return "".join(",".join(_csv_cell(v) for v in row) + "\n" for row in layer_rows(result))
 
 
+STAGE_HEADER = ("stage", "compute_us", "tp_exposed_us", "ep_exposed_us", "dp_exposed_us", "dp_ep_exposed_us",
+                "pp_exposed_us", "other_exposed_us", "bubble_us", "end_us", "tp_comm_us", "ep_comm_us", "dp_comm_us",
+                "dp_ep_comm_us", "pp_comm_us", "flops")
+COLLECTIVE_HEADER = ("group", "comm_type", "size_bytes", "group_size", "servers", "per_server", "tier", "algorithm",
+                     "protocol", "time_us", "algbw_gbps", "busbw_gbps", "congestion", "count", "total_us", "stages")
+TOPO_LAYER_HEADER = ("stage", "layer", "fwd_compute_us", "bwd_compute_us", "comm_us", "exposed_comm_us")
+TOPO_FILES = ("topo_stages.csv", "topo_layers.csv", "topo_collectives.csv")
+
+
+def _need_details(result: SimulationResult):
+    if result.details is None:
+        raise ValueError("this table needs a --model topo result")
+    return result.details
+
+
+def stage_rows(result: SimulationResult) -> list[list[Any]]:
+    """Topo model: a header row, then one row per pipeline stage (microseconds)."""
+    details = _need_details(result)
+    return [list(STAGE_HEADER)] + [[getattr(st, name) for name in STAGE_HEADER] for st in details.stages]
+
+
+def collective_rows(result: SimulationResult) -> list[list[Any]]:
+    """Topo model: a header row, then one row per distinct collective (most total time first)."""
+    details = _need_details(result)
+    return [list(COLLECTIVE_HEADER)] + [[getattr(c, name) for name in COLLECTIVE_HEADER] for c in details.collectives]
+
+
+def topo_layer_rows(result: SimulationResult) -> list[list[Any]]:
+    """Topo model: a header row, then one row per stage and layer (microseconds per iteration)."""
+    details = _need_details(result)
+    return [list(TOPO_LAYER_HEADER)] + [[getattr(lt, name) for name in TOPO_LAYER_HEADER] for lt in details.layer_times]
+
+
+def _csv_text(rows: list[list[Any]]) -> str:
+    import csv
+    import io
+
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    for row in rows:
+        # 4 decimals of a microsecond (0.1 ns) hide float noise without losing a modelled digit
+        writer.writerow(["" if v is None else _csv_cell(round(v, 4) if isinstance(v, float) else v) for v in row])
+    return buffer.getvalue()
+
+
 def summary_text(result: SimulationResult) -> str:
     """The printed summary: the resolved layout and every end-to-end term in us and percent."""
+    if result.details is not None:
+        return _topo_summary(result)
     s = result.setup
     lines = [
         f"{result.model} model: {result.workload_path}: {len(result.layers)} records; tp {s.get('tp')} "
@@ -102,6 +154,31 @@ def summary_text(result: SimulationResult) -> str:
         f"{s.get('gpus_per_server')} GPUs and {s.get('nics_per_server')} NICs per server; NVLink "
         f"{s.get('nvlink_gibps'):g} GiB/s, NIC {s.get('nic_gibps'):g} GiB/s",
     ]
+    width = max(len(label) for _, label in TERMS)
+    for name, label in TERMS:
+        value = getattr(result.totals, name)
+        lines.append(f"  {label:<{width}}  {value:>16,.3f} us  {c_fixed(result.totals.share_pct(name), 2):>6}%")
+    return "\n".join(lines)
+
+
+def _topo_summary(result: SimulationResult) -> str:
+    s, d = result.setup, result.details
+    assert d is not None
+    mfu = f"; MFU {d.mfu * 100:.1f}% of {d.peak_tflops:g} TFLOP/s" if d.mfu is not None else ""
+    lines = [
+        f"topo model: {result.workload_path}: tp {s.get('tp')} ep {s.get('ep')} pp {s.get('pp')} dp {s.get('dp')} "
+        f"ga {s.get('ga')} chunks {s.get('chunks')}; {s.get('fabric')}; efficiency NVLink {s.get('nvlink_efficiency'):g} "
+        f"NIC {s.get('nic_efficiency'):g}",
+        f"  iteration {d.iteration_us:,.3f} us{mfu}",
+        f"  {'stage':>5} {'compute':>14} {'TP':>12} {'EP':>12} {'DP':>12} {'DP_EP':>12} {'PP':>12} {'other':>10} "
+        f"{'bubble':>14}  (us)",
+    ]
+    for st in d.stages:
+        mark = "*" if st.stage == d.reported_stage else " "
+        lines.append(f" {mark}{st.stage:>5} {st.compute_us:>14,.1f} {st.tp_exposed_us:>12,.1f} {st.ep_exposed_us:>12,.1f} "
+                     f"{st.dp_exposed_us:>12,.1f} {st.dp_ep_exposed_us:>12,.1f} {st.pp_exposed_us:>12,.1f} "
+                     f"{st.other_exposed_us:>10,.1f} {st.bubble_us:>14,.1f}")
+    lines.append(f"  EndToEnd terms (stage {d.reported_stage}, the busiest):")
     width = max(len(label) for _, label in TERMS)
     for name, label in TERMS:
         value = getattr(result.totals, name)
@@ -126,15 +203,31 @@ def output_prefix(result: str | None, folder: str | None, workload_path: str) ->
     return result
 
 
-def write_results(result: SimulationResult, prefix: str) -> list[str]:
-    """Write ``<prefix>EndToEnd.csv`` and ``<prefix>simai_layers.csv`` atomically; return their paths.
+def result_texts(result: SimulationResult, prefix: str) -> dict[str, str]:
+    """Every result file's path and text: EndToEnd.csv, then the simai layers file or the topo tables."""
+    texts = {prefix + END_TO_END_SUFFIX: end_to_end_text(result, os.path.basename(prefix))}
+    if result.details is None:
+        texts[prefix + LAYERS_SUFFIX] = layers_csv_text(result)
+    else:
+        for suffix, rows in zip(TOPO_FILES, (stage_rows(result), topo_layer_rows(result), collective_rows(result))):
+            texts[prefix + suffix] = _csv_text(rows)
+    return texts
 
-    Both texts are built before either file is opened, so a failure leaves no file behind.
-    """
-    end_to_end = prefix + END_TO_END_SUFFIX
-    layers = prefix + LAYERS_SUFFIX
-    texts = {end_to_end: end_to_end_text(result, os.path.basename(prefix)), layers: layers_csv_text(result)}
-    with atomic_write(end_to_end) as first, atomic_write(layers) as second:
-        first.write(texts[end_to_end])
-        second.write(texts[layers])
-    return [end_to_end, layers]
+
+def write_files(contents: dict[str, str | bytes]) -> list[str]:
+    """Write every file atomically (text or bytes), all built beforehand; returns the paths."""
+    from contextlib import ExitStack
+
+    with ExitStack() as stack:
+        handles = [(stack.enter_context(atomic_write(path, "wb" if isinstance(data, bytes) else "w")), data)
+                   for path, data in contents.items()]
+        for handle, data in handles:
+            handle.write(data)
+    return list(contents)
+
+
+def write_results(result: SimulationResult, prefix: str) -> list[str]:
+    """Write ``<prefix>EndToEnd.csv`` and ``<prefix>simai_layers.csv`` (simai) or the topo tables
+    atomically; return their paths.  Every text is built before any file is opened, so a failure
+    leaves no file behind."""
+    return write_files(dict(result_texts(result, prefix)))

@@ -7,11 +7,14 @@ pandas is imported only when a table is asked for, so that the command line stay
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas
+
+    from simulator.engine import Interval
 
 PHASES = ("fwd", "ig", "wg")
 """Record columns: forward, input gradient (backward), weight gradient."""
@@ -98,6 +101,95 @@ class Totals:
         return value / self.total_us * 100 if self.total_us else float("nan")
 
 
+@dataclass(frozen=True)
+class StageResult:
+    """One pipeline stage of a ``--model topo`` iteration, in microseconds.  The terms add up to
+    the iteration time: compute + exposed TP/EP/DP/DP_EP/PP/other comm + bubble.  ``other`` is
+    step synchronisation across stages (tied-embedding and gradient-norm all-reduces); ``end_us``
+    when the stage finished; ``*_comm_us`` every collective's time in that group, exposed or not."""
+
+    stage: int
+    compute_us: float
+    tp_exposed_us: float
+    ep_exposed_us: float
+    dp_exposed_us: float
+    dp_ep_exposed_us: float
+    pp_exposed_us: float
+    other_exposed_us: float
+    bubble_us: float
+    end_us: float
+    tp_comm_us: float
+    ep_comm_us: float
+    dp_comm_us: float
+    dp_ep_comm_us: float
+    pp_comm_us: float
+    flops: float | None = None
+
+    @property
+    def exposed_comm_us(self) -> float:
+        return (self.tp_exposed_us + self.ep_exposed_us + self.dp_exposed_us + self.dp_ep_exposed_us
+                + self.other_exposed_us)
+
+
+@dataclass(frozen=True)
+class CollectiveRecord:
+    """One distinct collective of a ``--model topo`` run (same group shape, type and size): how it
+    was costed and how often it runs per iteration over all stages.  Times in microseconds,
+    bandwidths in GB/s (10^9 B/s); ``algorithm``/``protocol`` NCCL's choice (``ring``, ``tree``,
+    ``pairwise``, ``p2p``; ``LL``, ``LL128``, ``Simple``); ``congestion`` the inter-server bandwidth
+    divisor of oversubscribed tiers (1 = none)."""
+
+    group: str
+    comm_type: str
+    size_bytes: int
+    group_size: int
+    servers: int
+    per_server: int
+    tier: str
+    algorithm: str
+    protocol: str
+    time_us: float
+    algbw_gbps: float
+    busbw_gbps: float
+    congestion: float
+    count: int
+    stages: str
+
+    @property
+    def total_us(self) -> float:
+        return self.time_us * self.count
+
+
+@dataclass(frozen=True)
+class LayerTimes:
+    """Per stage and layer (``layers.3``, ``embedding``, ``output``, ``loss``, ``grad_sync``, a SimAI
+    record name, ...): its compute, its collectives' time and the exposed part, per iteration, us."""
+
+    stage: int
+    layer: str
+    fwd_compute_us: float
+    bwd_compute_us: float
+    comm_us: float
+    exposed_comm_us: float
+
+
+@dataclass
+class TopoDetails:
+    """What ``--model topo`` adds to a result: the iteration time, every stage, every distinct
+    collective, per-layer times, MFU (None when FLOPs or compute times are unknown), the stage the
+    EndToEnd terms describe (the busiest: least bubble), and the trace intervals (built on demand)."""
+
+    iteration_us: float
+    reported_stage: int
+    stages: list[StageResult]
+    collectives: list[CollectiveRecord]
+    layer_times: list[LayerTimes]
+    mfu: float | None
+    model_flops: float | None
+    peak_tflops: float | None
+    intervals: Callable[[], list[Interval]] = field(repr=False, default=list)
+
+
 @dataclass
 class SimulationResult:
     """The outcome of :func:`simulator.api.simulate`.
@@ -112,14 +204,59 @@ class SimulationResult:
     totals: Totals
     setup: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    details: TopoDetails | None = None
+    """Only ``--model topo`` fills this (stages, collectives, per-layer times, trace)."""
+
+    @property
+    def iteration_us(self) -> float:
+        """The iteration time in microseconds (the EndToEnd total)."""
+        return self.details.iteration_us if self.details is not None else self.totals.total_us
 
     def layer_table(self) -> pandas.DataFrame:
-        """One row per layer record; every time in microseconds, units in the column names."""
+        """One row per layer record (simai model) or per stage and layer (topo model); every time in
+        microseconds, units in the column names."""
         import pandas
 
-        from simulator.report import layer_rows
-        header, *rows = layer_rows(self)
+        from simulator.report import layer_rows, topo_layer_rows
+        header, *rows = topo_layer_rows(self) if self.details is not None else layer_rows(self)
         return pandas.DataFrame(rows, columns=header)
+
+    def stage_table(self) -> pandas.DataFrame:
+        """Topo model: one row per pipeline stage (:class:`StageResult`, microseconds)."""
+        import pandas
+
+        from simulator.report import stage_rows
+        header, *rows = stage_rows(self)
+        return pandas.DataFrame(rows, columns=header)
+
+    def collective_table(self) -> pandas.DataFrame:
+        """Topo model: one row per distinct collective with NCCL's algorithm and protocol."""
+        import pandas
+
+        from simulator.report import collective_rows
+        header, *rows = collective_rows(self)
+        return pandas.DataFrame(rows, columns=header)
+
+    def trace_table(self) -> pandas.DataFrame:
+        """Topo model: every interval of the iteration (stage, stream, start_us, duration_us, ...)."""
+        import pandas
+
+        rows = [(i.stage, i.stream, i.start_s * 1e6, i.duration_s * 1e6, i.category, i.name, i.layer, i.microbatch)
+                for i in (self.details.intervals() if self.details is not None else [])]
+        return pandas.DataFrame(rows, columns=["stage", "stream", "start_us", "duration_us", "category", "name",
+                                               "layer", "microbatch"])
+
+    def breakdown(self) -> list[tuple[str, dict[str, float]]]:
+        """Time per term in us for plotting: one entry per stage (topo) or one for the rank (simai).
+        Terms: compute, TP, EP, DP, DP_EP, PP, other, bubble."""
+        if self.details is not None:
+            return [(f"stage {st.stage}", {"compute": st.compute_us, "TP": st.tp_exposed_us, "EP": st.ep_exposed_us,
+                                           "DP": st.dp_exposed_us, "DP_EP": st.dp_ep_exposed_us, "PP": st.pp_exposed_us,
+                                           "other": st.other_exposed_us, "bubble": st.bubble_us})
+                    for st in self.details.stages]
+        t = self.totals
+        return [("rank", {"compute": t.compute_us, "TP": t.tp_exposed_us, "EP": t.ep_exposed_us, "DP": t.dp_exposed_us,
+                          "DP_EP": t.dp_ep_exposed_us, "PP": t.pp_exposed_us, "other": 0.0, "bubble": t.bubble_us})]
 
     def summary_table(self) -> pandas.DataFrame:
         """One row per end-to-end term: ``term``, ``time_us``, ``share_pct``."""

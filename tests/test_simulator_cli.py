@@ -62,7 +62,8 @@ AICB = str(EXAMPLES / "aicb_simai_L7B_megatron_tp2_pp1_mbs1_A100.txt")
     (("-w", "missing.txt", "-g_p_s", "8", "-n_p_s", "8"), "missing.txt: cannot read"),
     (("-w", EXAMPLE, *FLAGS, "-dp_o", "1.5"), "-dp_o must be an overlap ratio between 0 and 1"),
     (("-w", EXAMPLE, *FLAGS, "-g_type", "B200"), "unknown GPU type 'B200'"),
-    (("-w", EXAMPLE, *FLAGS, "--model", "topo"), "--model topo is not available"),
+    (("-w", EXAMPLE, "-g", "9216", "--model", "topo"),
+     "--model topo needs -t/--topology FILE, or -g_p_s/--gpus_per_server"),
     (("-w", EXAMPLE, "-g", "0"), "argument -g/--gpus: expected a positive integer"),
     ((*FLAGS,), "the following arguments are required: -w/--workload"),
 ])

@@ -1,0 +1,453 @@
+"""Stage programs: the one internal form ``--model topo`` plays (SIM_MODEL.md, "Time of one iteration").
+
+A :class:`StageScript` is what one pipeline stage runs in one iteration: the steps of Megatron's
+schedule for that stage (:func:`workload_generator.schedules.pipeline_schedule`: forward and
+backward of one micro-batch on one model chunk, and p2p calls with their sizes), a
+:class:`Program` for every forward and backward step, and the step program that follows the last
+backward.  A program is a sequence of :class:`Op`:
+
+- ``COMPUTE``: a kernel on the compute stream (its time comes from the compute-time hook);
+- ``COMM``: a collective on the critical path (TP/EP collectives, the loss all-reduce, ...);
+- ``ASYNC``: a collective the workload marks overlappable (``meta["overlappable"]``, or every TP
+  collective with ``tp_comm_overlap``): it runs on a communication stream beside the compute and
+  the step waits for it at its end;
+- ``GRAD``: a gradient bucket's reduction, issued on the gradient-sync stream when backward reaches
+  the point where the bucket is complete (Megatron's ``--overlap_grad_reduce``);
+- ``GRAD_WAIT``: ``finish_grad_sync``: the step program waits for the gradient-sync stream;
+- ``SYNC``: a collective whose group spans pipeline stages (the tied-embedding all-reduce, the
+  gradient-norm all-reduce): every stage of the group must arrive before it starts.
+
+Two builders make scripts: :func:`scripts_from_simai` (a SimAI workload file: one rank's records,
+all stages alike as SimAI assumes) and :func:`scripts_from_workloads` (our per-stage Megatron
+workloads, unbalanced stages included).  Both give the same structures to the one engine
+(:mod:`simulator.engine`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from simulator.simai_model import classify
+from utils.errors import ConfigError, FormatError
+from workload_generator.schedules import Step, pipeline_schedule
+
+COMPUTE, COMM, ASYNC, GRAD, GRAD_WAIT, SYNC = range(6)
+KIND_NAMES = ("compute", "comm", "async", "grad", "grad_wait", "sync")
+
+GROUP_CATEGORY = {
+    "tp_group": "TP", "ep_tp_group": "TP", "ep_group": "EP", "dp_group": "DP", "ep_dp_group": "DP_EP",
+    "pp_group": "PP", "embedding_group": "other", "mp_group": "other", "all_nodes": "other",
+}
+"""Which exposed-comm term a group's time is booked to (``other``: step synchronisation across stages)."""
+CROSS_STAGE_GROUPS = frozenset({"pp_group", "mp_group", "embedding_group", "all_nodes"})
+"""Groups whose members sit in several pipeline stages."""
+SIMAI_GROUPS = {"TP": "tp_group", "EP": "ep_group", "DP": "dp_group", "DP_EP": "ep_dp_group"}
+"""SimAI token groups (SIMAI_ANALYTICAL.md) -> our CommGroup values."""
+
+
+@dataclass(slots=True)
+class Op:
+    """One operation of a program.  ``compute_ns`` for COMPUTE; ``comm_type`` (CommType value),
+    ``group`` (CommGroup value) and ``size`` (bytes) for collectives; ``layer`` the per-layer
+    table's key; ``phase`` ``fwd``/``ig``/``wg`` (SimAI columns) or ``fwd``/``bwd``/``step``;
+    ``record`` the SimAI record index (-1 otherwise); ``scale`` multiplies the time."""
+
+    kind: int
+    name: str
+    layer: str
+    phase: str
+    compute_ns: float = 0.0
+    comm_type: str = ""
+    group: str = ""
+    size: int = 0
+    record: int = -1
+    scale: float = 1.0
+
+    @property
+    def category(self) -> str:
+        return "compute" if self.kind == COMPUTE else GROUP_CATEGORY.get(self.group, "other")
+
+
+@dataclass
+class Program:
+    """The ops of one forward (``F``) or backward (``B``) step, or of the step after the schedule."""
+
+    kind: str
+    ops: list[Op] = field(default_factory=list)
+
+
+@dataclass
+class StageScript:
+    """One stage's iteration: schedule steps, the program of each F/B step (``None`` for P2P
+    steps), the p2p sizes in bytes of each P2P step's operations, and the step program."""
+
+    stage: int
+    steps: list[Step]
+    programs: list[Program | None]
+    p2p_sizes: list[tuple[int, ...] | None]
+    step_program: Program
+    flops: float | None = None
+
+
+@dataclass
+class Scripts:
+    """All stages' scripts and what the builder learnt: ``source`` (``simai`` or ``workload``),
+    the layout (tp, pp, dp, ep, ga, chunks, world) and warnings."""
+
+    stages: list[StageScript]
+    source: str
+    layout: dict[str, int]
+    warnings: list[str] = field(default_factory=list)
+
+
+# ---- SimAI workload files --------------------------------------------------------------------------
+
+
+def find_blocks(names: Sequence[str], ga: int) -> tuple[int, int] | None:
+    """``(first, length)`` of the ``ga`` micro-batch blocks unrolled in a SimAI file, or None.
+
+    A block starts at each occurrence of a name that occurs exactly ``ga`` times at a constant
+    spacing with the same names in every block; ``embedding_layer`` (AICB's first record of a
+    micro-batch) is tried first, then the names in file order.  With ``ga == 1`` the block runs from
+    the first ``embedding_layer`` (or the first record) to the end.
+    """
+    if not names:
+        return None
+    if ga == 1:
+        first = names.index("embedding_layer") if "embedding_layer" in names else 0
+        return first, len(names) - first
+    positions: dict[str, list[int]] = {}
+    for i, name in enumerate(names):
+        positions.setdefault(name, []).append(i)
+    candidates = ["embedding_layer"] + [n for n in positions if n != "embedding_layer"]
+    for name in candidates:
+        where = positions.get(name, [])
+        if len(where) != ga:
+            continue
+        length = where[1] - where[0]
+        if any(b - a != length for a, b in zip(where, where[1:])) or where[-1] + length > len(names):
+            continue
+        block = names[where[0]:where[0] + length]
+        if all(names[p:p + length] == block for p in where[1:]):
+            return where[0], length
+    return None
+
+
+def _simai_comm(token: str, column: str, size: int) -> tuple[str, str] | None:
+    comm_type, group = classify(token, column)
+    if comm_type is None or size <= 0:
+        return None
+    if group not in SIMAI_GROUPS:
+        return None
+    return comm_type, SIMAI_GROUPS[group]
+
+
+def scripts_from_simai(workload, gpus: int, overlap_grad_reduce: bool) -> Scripts:
+    """Scripts of every stage from a SimAI workload file (FORMATS.md section 2).
+
+    Records inside the ``ga`` micro-batch blocks (:func:`find_blocks`) make the forward (fwd compute,
+    fwd comm, in file order) and backward (ig compute, ig comm, wg compute, wg comm, in reverse
+    order) of their micro-batch, as SimAI's system layer plays them.  A wg comm in the DP or DP_EP
+    group is a gradient bucket ready after its wg compute (or, without overlap, reduced blocking at
+    the step).  Records outside the blocks (AICB's gradient reduce-scatter and all-gather, optimizer,
+    loss) run once in the step program, in file order, every column blocking.  When the records do
+    not repeat ``ga`` times, every micro-batch runs the whole file at 1/ga of its times (a warning
+    says so).  Every stage runs the same records (SimAI's assumption); p2p sends carry ``pp_comm``.
+    """
+    header = workload.header
+    path = workload.path
+    if not header.is_transformer:
+        raise FormatError(path, f"the topo model runs HYBRID_TRANSFORMER and HYBRID_TRANSFORMER_FWD_IN_BCKWD "
+                          f"workloads, not {header.policy}", line=1, field="policy")
+    tp, pp, ga = workload.require("tp", "pp", "ga")
+    ep = header.ep or 1
+    if gpus % (tp * pp):
+        raise ConfigError(f"-g {gpus} GPUs is not a multiple of tp*pp = {tp}*{pp} = {tp * pp} from {path}, so the "
+                          "DP size g/(tp*pp) is not an integer")
+    dp = gpus // (tp * pp)
+    if dp % ep:
+        raise ConfigError(f"ep {ep} from {path} does not divide the DP size {dp} (= {gpus} GPUs / (tp {tp} * pp {pp}))")
+    pp_comm = header.pp_comm or 0
+    warnings: list[str] = []
+    if pp > 1 and not pp_comm:
+        warnings.append(f"{path} gives no pp_comm with pp {pp}: pipeline sends cost 0")
+    records = workload.records
+    blocks = find_blocks([r.name for r in records], ga)
+    scale = 1.0
+    if blocks is None:
+        warnings.append(f"{path}: the records do not repeat ga = {ga} times (no micro-batch blocks found); every "
+                        f"micro-batch runs the whole file at 1/{ga} of its times")
+        block_ranges = [range(len(records))] * ga
+        outside: list[int] = []
+        scale = 1.0 / ga
+    else:
+        first, length = blocks
+        block_ranges = [range(first + b * length, first + (b + 1) * length) for b in range(ga)]
+        inside = set(range(first, first + ga * length))
+        outside = [i for i in range(len(records)) if i not in inside]
+    unknown: set[str] = set()
+    deferred: list[Op] = []
+    forwards: list[Program] = []
+    backwards: list[Program] = []
+    any_grad = False
+    for rng in block_ranges:
+        fwd = Program("F")
+        bwd = Program("B")
+        for i in rng:
+            r = records[i]
+            if r.fwd_compute_ns:
+                fwd.ops.append(Op(COMPUTE, r.name, r.name, "fwd", r.fwd_compute_ns, record=i, scale=scale))
+            _append_comm(fwd.ops, r, i, "fwd", scale, unknown)
+        for i in reversed(rng):
+            r = records[i]
+            if r.ig_compute_ns:
+                bwd.ops.append(Op(COMPUTE, r.name, r.name, "ig", r.ig_compute_ns, record=i, scale=scale))
+            _append_comm(bwd.ops, r, i, "ig", scale, unknown)
+            if r.wg_compute_ns:
+                bwd.ops.append(Op(COMPUTE, r.name, r.name, "wg", r.wg_compute_ns, record=i, scale=scale))
+            comm = _simai_comm(r.wg_comm, "wg", r.wg_size_bytes)
+            if comm is None:
+                _note_unknown(r.wg_comm, "wg", unknown)
+            elif comm[1] in ("dp_group", "ep_dp_group"):
+                op = Op(GRAD, f"{r.name} {comm[0]}", r.name, "wg", 0.0, comm[0], comm[1], r.wg_size_bytes, i, scale)
+                if overlap_grad_reduce:
+                    bwd.ops.append(op)
+                    any_grad = True
+                else:
+                    op.kind = COMM
+                    deferred.append(op)
+            else:
+                bwd.ops.append(Op(COMM, f"{r.name} {comm[0]}", r.name, "wg", 0.0, comm[0], comm[1], r.wg_size_bytes, i,
+                                  scale))
+        forwards.append(fwd)
+        backwards.append(bwd)
+    step = Program("STEP")
+    if any_grad:
+        step.ops.append(Op(GRAD_WAIT, "finish_grad_sync", "grad_sync", "step"))
+    step.ops.extend(deferred)
+    for i in outside:
+        r = records[i]
+        for column, compute_ns in (("fwd", r.fwd_compute_ns), ("ig", r.ig_compute_ns), ("wg", r.wg_compute_ns)):
+            if compute_ns:
+                step.ops.append(Op(COMPUTE, r.name, r.name, column, compute_ns, record=i))
+            _append_comm(step.ops, r, i, column, 1.0, unknown)
+    for token in sorted(unknown):
+        warnings.append(f"{path}: comm token {token!r} names no group the topo model knows; it costs 0")
+    stages = []
+    for s in range(pp):
+        steps = pipeline_schedule(pp, s, ga, 1)
+        programs: list[Program | None] = []
+        sizes: list[tuple[int, ...] | None] = []
+        for st in steps:
+            if st.kind == "F":
+                programs.append(forwards[st.microbatch])
+                sizes.append(None)
+            elif st.kind == "B":
+                programs.append(backwards[st.microbatch])
+                sizes.append(None)
+            else:
+                programs.append(None)
+                sizes.append(tuple(pp_comm for _ in st.ops))
+        stages.append(StageScript(s, steps, programs, sizes, step))
+    layout = dict(tp=tp, pp=pp, dp=dp, ep=ep, ga=ga, chunks=1, world=gpus, vpp=header.vpp or 0, pp_comm=pp_comm)
+    return Scripts(stages, "simai", layout, warnings)
+
+
+def _note_unknown(token: str, column: str, unknown: set[str]) -> None:
+    comm_type, group = classify(token, column)
+    if comm_type is not None and group not in SIMAI_GROUPS:
+        unknown.add(token)
+
+
+def _append_comm(ops: list[Op], record, index: int, column: str, scale: float, unknown: set[str]) -> None:
+    token = getattr(record, f"{column}_comm")
+    size = getattr(record, f"{column}_size_bytes")
+    comm = _simai_comm(token, column, size)
+    if comm is None:
+        _note_unknown(token, column, unknown)
+        return
+    ops.append(Op(COMM, f"{record.name} {comm[0]}", record.name, column, 0.0, comm[0], comm[1], size, index, scale))
+
+
+# ---- our Megatron workloads ------------------------------------------------------------------------
+
+ComputeHook = Callable[[Any], "float | None"]
+"""``compute_time_ns(item) -> ns or None``: the compute time of a computation item (None: unknown)."""
+
+
+def item_time_ns(item) -> float | None:
+    """The default compute-time hook: the item's own ``time_ns`` (AIOB, a compute file, or an estimate
+    filled in by the generator); None when the item has none."""
+    return item.time_ns
+
+
+def _layer_key(item) -> str:
+    meta = item.meta or {}
+    layer = meta.get("layer")
+    if layer is not None:
+        return f"layers.{layer}"
+    if meta.get("sub"):
+        return str(meta["sub"])
+    if "bucket" in meta or item.stage.endswith("overlap_grad_reduce") or "grad_sync" in item.stage:
+        return "grad_sync"
+    stage = item.stage
+    return stage.split(".", 1)[1] if "." in stage else stage
+
+
+def _is_p2p(item) -> bool:
+    return item.comm_type.value in ("isend", "irecv")
+
+
+def _phase_of(item) -> str:
+    stage = item.stage
+    if stage.startswith("forward"):
+        return "F"
+    if stage.startswith(("backward", "recompute")):
+        return "B"
+    return "S"
+
+
+@dataclass
+class _Counters:
+    missing_compute: int = 0
+    items: int = 0
+    grad_items: int = 0
+    finish_items: int = 0
+
+
+def _item_op(item, phase: str, hook: ComputeHook, counters: _Counters, tp_comm_overlap: bool) -> Op | None:
+    ctype = item.comm_type.value
+    layer = _layer_key(item)
+    meta = item.meta or {}
+    name = item.stage + (f" {meta['name']}" if meta.get("name") else "")
+    if ctype == "computation":
+        counters.items += 1
+        time_ns = hook(item)
+        if time_ns is None:
+            counters.missing_compute += 1
+            time_ns = 0.0
+        if phase == "bwd":  # the EndToEnd columns split backward into input and weight gradients
+            phase = "wg" if meta.get("op") == "wgrad" else "ig"
+        return Op(COMPUTE, name, layer, phase, float(time_ns))
+    if ctype in ("epoch_end", "barrier", "isend", "irecv"):
+        return None
+    group = item.comm_group.value if item.comm_group is not None else "all_nodes"
+    op = Op(COMM, f"{ctype} {group} {name}", layer, phase, 0.0, ctype, group, int(item.msg_size or 0))
+    if item.stage.startswith("backward.overlap_grad_reduce"):
+        op.kind = GRAD
+        counters.grad_items += 1
+    elif item.stage.endswith("finish_grad_sync"):
+        counters.finish_items += 1
+    elif phase == "step" and group in CROSS_STAGE_GROUPS:
+        op.kind = SYNC
+    elif meta.get("overlappable") or (tp_comm_overlap and group in ("tp_group", "ep_tp_group")):
+        op.kind = ASYNC
+    return op
+
+
+def _split_iteration(items: list, steps: list[Step], stage: int) -> tuple[list[list], list]:
+    """Cut one iteration's items into the schedule's steps (P2P steps consume exactly their batched
+    operations; F and B steps the following items of their phase) and the step items after them."""
+    out: list[list] = []
+    pos, n = 0, len(items)
+    for st in steps:
+        if st.kind == "P2P":
+            chunk = items[pos:pos + len(st.ops)]
+            if len(chunk) != len(st.ops) or any(not _is_p2p(i) or i.additional != op for i, op in zip(chunk, st.ops)):
+                raise ConfigError(f"the workload of pipeline stage {stage} does not follow Megatron's schedule: "
+                                  f"expected p2p {', '.join(st.ops)} ({st.name}) at item {pos}")
+            out.append(chunk)
+            pos += len(chunk)
+            continue
+        start = pos
+        while pos < n and not _is_p2p(items[pos]) and _phase_of(items[pos]) == st.kind:
+            pos += 1
+        out.append(items[start:pos])
+    rest = items[pos:]
+    stray = [i for i in rest if _is_p2p(i) or _phase_of(i) != "S"]
+    if stray:
+        raise ConfigError(f"the workload of pipeline stage {stage} does not follow Megatron's schedule: "
+                          f"{stray[0].comm_type.value} {stray[0].stage!r} after the last scheduled step")
+    return out, rest
+
+
+def scripts_from_workloads(workloads: Sequence, job, hook: ComputeHook | None = None,
+                           overlap_grad_reduce: bool | None = None, tp_comm_overlap: bool = False) -> Scripts:
+    """Scripts from our per-stage workloads (``megatron_pipeline(job)``: one Workload per stage).
+
+    The first iteration of each workload is cut into the schedule's steps; computation items take
+    ``hook(item)`` ns (default: their ``time_ns``; None costs 0, with one warning); bucket reductions
+    issued during backward (``backward.overlap_grad_reduce``) become GRAD ops, unless
+    ``overlap_grad_reduce`` is False, which moves them to the start of the step program.
+    """
+    from mocked_model.megatron import chunk_layout
+
+    p = job.parallel
+    if len(workloads) != p.pp:
+        raise ConfigError(f"expected one workload per pipeline stage ({p.pp}), got {len(workloads)}")
+    hook = hook or item_time_ns
+    counters = _Counters()
+    warnings: list[str] = []
+    stages = []
+    any_finish = False
+    any_grad_total = False
+    for s, workload in enumerate(workloads):
+        blocks = workload.iterations()
+        if len(blocks) < 2:
+            raise ConfigError(f"the workload of pipeline stage {s} holds no iteration (only its init block)")
+        items = blocks[1]
+        chunks = len(chunk_layout(job, s))
+        steps = pipeline_schedule(p.pp, s, p.ga, chunks)
+        pieces, rest = _split_iteration(items, steps, s)
+        cache: dict[tuple[int, ...], Program] = {}
+        programs: list[Program | None] = []
+        sizes: list[tuple[int, ...] | None] = []
+        deferred: list[Op] = []
+        any_grad = False
+        for st, piece in zip(steps, pieces):
+            if st.kind == "P2P":
+                programs.append(None)
+                sizes.append(tuple(int(i.msg_size or 0) for i in piece))
+                continue
+            key = tuple(map(id, piece))
+            program = cache.get(key)
+            if program is None:
+                phase = "fwd" if st.kind == "F" else "bwd"
+                program = Program(st.kind)
+                for item in piece:
+                    op = _item_op(item, phase, hook, counters, tp_comm_overlap)
+                    if op is None:
+                        continue
+                    if op.kind == GRAD and overlap_grad_reduce is False:
+                        op.kind = COMM
+                        op.phase = "step"
+                        deferred.append(op)
+                        continue
+                    any_grad = any_grad or op.kind == GRAD
+                    program.ops.append(op)
+                cache[key] = program
+            programs.append(program)
+            sizes.append(None)
+        step = Program("STEP")
+        if any_grad:
+            step.ops.append(Op(GRAD_WAIT, "finish_grad_sync", "grad_sync", "step"))
+        step.ops.extend(deferred)
+        for item in rest:
+            op = _item_op(item, "step", hook, counters, tp_comm_overlap)
+            if op is not None:
+                step.ops.append(op)
+        any_finish = any_finish or counters.finish_items > 0
+        any_grad_total = any_grad_total or any_grad
+        flops = sum(i.flops for i in items if i.comm_type.value == "computation" and i.flops
+                    and not i.stage.startswith("recompute"))
+        stages.append(StageScript(s, steps, programs, sizes, step, flops or None))
+    if counters.missing_compute:
+        warnings.append(f"{counters.missing_compute} computation items have no time (generate with compute times, or "
+                        "pass a compute_time_ns hook): they cost 0")
+    if overlap_grad_reduce and not any_grad_total and any_finish:
+        warnings.append("--overlap_grad_reduce: the workload was generated without it, so its gradient buckets have no "
+                        "ready points; they are reduced after the last backward")
+    layout = dict(tp=p.tp, pp=p.pp, dp=p.dp, ep=p.ep, ga=p.ga, chunks=len(chunk_layout(job, 0)), world=p.world_size)
+    return Scripts(stages, "workload", layout, warnings)
