@@ -4,7 +4,10 @@
         --tensor_model_parallel_size 4 --global_batch 128 --micro_batch 1 --seq_length 4096 --swiglu
 
 The records come from the same work items as the replay CSV (``workload_generator.simai_training``).
-Computation times: ``--compute_source`` (see ``--help``).  Default output path, as AICB names it:
+Computation times: ``--compute_source`` (see ``--help``): ``--aiob_enable`` measures them here and
+writes the compute file to ``results/aiob_outputs/``, ``--comp_filepath`` reads one, and a
+``--gpu_type`` of the roofline table (A100, H100, H800, H20, H200, B200, ...) estimates them when no
+other source is given.  Default output path, as AICB names it:
 ``results/workload/<gpu_type>-<model>-world_size<W>-tp<T>-pp<P>-ep<E>-gbs<B>-mbs<b>-seq<S>-MOE-<moe>-GEMM-<gemm>-flash_attn-<fa>.txt``.
 """
 
@@ -18,7 +21,7 @@ from typing import Any
 from utils.cli import parse_job, run_main
 from utils.config import JobConfig
 from utils.errors import ConfigError
-from workload_generator.compute_times import fill_compute_times
+from workload_generator.compute_times import default_source, fill_job_times
 from workload_generator.megatron import MegatronWorkload
 from workload_generator.simai_training import derive_simai
 
@@ -34,14 +37,9 @@ def default_simai_path(job: JobConfig, values: dict[str, Any]) -> str:
 
 
 def compute_source(job: JobConfig, values: dict[str, Any]) -> str:
-    """``--compute_source``, or the best source the flags make available."""
-    if values.get("compute_source"):
-        return values["compute_source"]
-    if job.training.aiob_enable:
-        return "aiob"
-    if job.training.comp_filepath:
-        return "file"
-    return "placeholder"
+    """``--compute_source``, or the best source the flags make available (the roofline estimate when
+    ``--gpu_type`` is a GPU of its table)."""
+    return default_source(job, values.get("compute_source"), roofline_default=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     source = compute_source(job, values)
     items = [i for chunk in gen.chunks for m, seg in chunk.backward_segments() for i in seg]
     items += [i for chunk in gen.chunks for i in chunk.forward_items()]
-    report = fill_compute_times(items, source, job.training.comp_filepath)
+    report = fill_job_times(items, job, source, values)
     derived = derive_simai(gen)
     path = values.get("output") or default_simai_path(job, values)
     derived.workload.write(path)

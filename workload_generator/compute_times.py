@@ -6,16 +6,20 @@ compute-time file, ``--comp_filepath``), ``roofline`` (the analytical estimate f
 source its times came from (``Workload.compute_source``).
 
 Generators reuse item objects across micro-batches, so filling the distinct items fills every
-occurrence.
+occurrence.  :func:`fill_job_times` is what the command-line entries call: it measures (``aiob``,
+writing the compute file), reads (``file``) or estimates (``roofline``) and fills the items.
 """
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from mocked_model.aiob.compute_file import ComputeFile, sections_of
+from utils.config import JobConfig
 from utils.errors import ConfigError
 from workload_generator.workload import WorkItem
 
@@ -30,9 +34,15 @@ class FillReport:
     source: str
     filled: int = 0
     missing: set[str] = field(default_factory=set)
+    compute_file: str | None = None
+    detail: str | None = None
 
     def summary(self) -> str:
         text = f"compute times: {self.source} ({self.filled} operations)"
+        if self.detail:
+            text += f", {self.detail}"
+        if self.compute_file:
+            text += f"; compute file {self.compute_file}"
         if self.source == "placeholder":
             text += "; AICB's placeholder of 1 ns per computation (give --comp_filepath, --aiob_enable or --gpu_type)"
         if self.missing:
@@ -85,8 +95,10 @@ def file_times(compute: ComputeFile) -> Callable[[list[WorkItem], FillReport], N
 
 
 def fill_compute_times(items: Iterable[WorkItem], source: str, comp_filepath: str | None = None,
-                       estimator: Callable[[WorkItem], float | None] | None = None) -> FillReport:
-    """Set ``time_ns`` on every computation item (each distinct object once) from ``source``."""
+                       estimator: Callable[[WorkItem], float | None] | None = None,
+                       compute: ComputeFile | None = None) -> FillReport:
+    """Set ``time_ns`` on every computation item (each distinct object once) from ``source``.
+    ``compute`` (a measured or loaded file) serves the ``aiob`` and ``file`` sources."""
     if source not in SOURCES:
         raise ConfigError(f"--compute_source {source!r} is not one of {', '.join(SOURCES)}")
     unique: dict[int, WorkItem] = {}
@@ -99,6 +111,9 @@ def fill_compute_times(items: Iterable[WorkItem], source: str, comp_filepath: st
         for item in computations:
             item.time_ns = None
         return report
+    if compute is not None and source in ("file", "aiob"):
+        file_times(compute)(computations, report)
+        return report
     if source == "file":
         if not comp_filepath:
             raise ConfigError("--compute_source file needs --comp_filepath FILE")
@@ -110,3 +125,67 @@ def fill_compute_times(items: Iterable[WorkItem], source: str, comp_filepath: st
         item.time_ns = estimator(item)
         report.filled += item.time_ns is not None
     return report
+
+
+def default_source(job: JobConfig, given: str | None, roofline_default: bool = False) -> str:
+    """``--compute_source``, or the best source the flags make available: ``aiob`` with
+    ``--aiob_enable``, ``file`` with ``--comp_filepath``, ``roofline`` when ``roofline_default`` (the
+    SimAI generator) and ``--gpu_type`` names a GPU of the roofline table, else ``placeholder``."""
+    from mocked_model.aiob.roofline import known_gpu
+
+    t = job.training
+    if given:
+        return given
+    if t.aiob_enable:
+        return "aiob"
+    if t.comp_filepath:
+        return "file"
+    if roofline_default and known_gpu(t.gpu_type):
+        return "roofline"
+    return "placeholder"
+
+
+def measure_compute_file(job: JobConfig, values: dict[str, Any] | None = None,
+                         log: Callable[[str], None] | None = None) -> tuple[ComputeFile, str]:
+    """Measure ``job`` on this device (AIOB) and write the compute file to AICB's place
+    (``results/aiob_outputs/<name>``, under ``--output_dir`` when given); returns it and its path."""
+    try:
+        from mocked_model.aiob.measure import default_aiob_path, measure_job
+    except ImportError as exc:
+        raise ConfigError(f"--aiob_enable needs torch (pip install '.[torch]'): {exc}") from None
+    compute = measure_job(job, log=log)
+    path = default_aiob_path(job, values)
+    compute.write(path)
+    return compute, path
+
+
+def fill_job_times(items: Iterable[WorkItem], job: JobConfig, source: str, values: dict[str, Any] | None = None,
+                   log: Callable[[str], None] | None = None) -> FillReport:
+    """Fill the computation items of ``job`` from ``source``: ``aiob`` measures here and writes the
+    compute file, ``file`` reads ``--comp_filepath``, ``roofline`` estimates for ``--gpu_type``."""
+    t = job.training
+    if source in ("aiob", "file") and t.frame == "DeepSpeed":
+        flag = "--aiob_enable" if source == "aiob" else "--comp_filepath"
+        raise ConfigError(f"{flag} times Megatron's modules (AICB's sections), which --frame DeepSpeed's items do not "
+                          "name; use --compute_source roofline --gpu_type GPU")
+    if source == "aiob":
+        compute, path = measure_compute_file(job, values, log)
+        report = fill_compute_times(items, source, compute=compute)
+        report.compute_file = path
+        report.detail = f"measured on {compute.labels.get('device', 'this device')}"
+        return report
+    if source == "file":
+        path = t.comp_filepath or (values or {}).get("comp_filepath")
+        if path and not os.path.isfile(path):
+            raise ConfigError(f"--comp_filepath {path}: no such file")
+        report = fill_compute_times(items, source, path)
+        report.compute_file = path
+        return report
+    if source == "roofline":
+        from mocked_model.aiob.roofline import estimator, gpu_spec
+
+        gpu = gpu_spec(t.gpu_type)
+        report = fill_compute_times(items, source, estimator=estimator(gpu, t.dtype))
+        report.detail = f"analytical estimate for {gpu.name} ({t.dtype})"
+        return report
+    return fill_compute_times(items, source)

@@ -45,7 +45,7 @@ def build_timed_workload(job: JobConfig, values: dict[str, Any], pp_rank: int | 
         job = replace(job, training=replace(job.training, computation_enable=True))
     workload = build_workload(job, pp_rank)
     if source != "placeholder":
-        report = fill_job_times(workload.items, job, source, values)
+        report = fill_job_times(workload.items, job, source, values, log)
         if log is not None:
             log(report.summary())
     workload.compute_source = source
