@@ -9,18 +9,32 @@ Flags are AICB's (``python aicb.py --help``); ``--output`` names the workload CS
 
 from __future__ import annotations
 
+import os
 import sys
 
 from utils.cli import parse_job, run_main
-from workload_generator.entry import build_workload, default_workload_path
+from workload_generator.entry import build_timed_workload, default_workload_path
 
 PROG = "aicb.py"
 
 
+def _torchrun_world(argv: list[str]) -> list[str]:
+    """Under torchrun the world size is the number of processes it started (AICB takes it from
+    torch.distributed): pass WORLD_SIZE on as --world_size unless that flag was given.  Outside
+    torchrun (no LOCAL_RANK) WORLD_SIZE is left alone: AICB's scripts use it for the node count."""
+    world = os.environ.get("WORLD_SIZE")
+    if world is None or "LOCAL_RANK" not in os.environ:
+        return argv
+    if any(a.split("=", 1)[0] in ("--world_size", "--world-size") for a in argv):
+        return argv
+    return [*argv, "--world_size", world]
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = _torchrun_world(list(sys.argv[1:] if argv is None else argv))
     job, values = parse_job(argv, PROG, "Generate, time and replay the communication of a training iteration.")
     if values["workload_only"]:
-        workload = build_workload(job)
+        workload = build_timed_workload(job, values)  # --aiob_enable / --comp_filepath / --compute_source
         path = values.get("output") or default_workload_path(job, values, job.training.frame.lower())
         workload.dump(path)
         print(f"Workload file generated: {path} ({len(workload)} items, pipeline rank {job.parallel.pp_rank})")

@@ -1,0 +1,297 @@
+"""Replay logs: the AICB log CSV writer and reader, and the typed tables notebooks work with.
+
+Two files per replay, both under ``results/comm_logs/`` by default:
+
+``<name>_log.csv``
+    FORMATS.md section 5, the file AICB's tools read: the 12 workload columns, one row per executed
+    and timed item in execution order as rank 0 saw it; ``_elapsed_time`` in milliseconds, ``algbw``
+    and ``busbw`` in GB/s (10^9 B/s, nccl-tests' factors, FORMATS.md section 1); ``epoch_end`` rows carry
+    the iteration's wall time in ms (the first block is init).  Written and flushed row by row
+    (:class:`LogWriter`), so a crashed or killed run keeps every operation that completed.
+
+``<name>_detail.csv``
+    Ours, written at the end of a run that completed: one row per row of the log (``row`` joins them)
+    with the iteration index, the workload item index, the operation's time on every rank that took
+    part, gathered after the run (``ranks_timed`` of them): the longest (``max_elapsed_ms``, on
+    ``slowest_rank``, usually the rank that arrived first and waited) and the shortest
+    (``min_elapsed_ms``, on ``last_arrival_rank``: the rank the others waited for, the straggler),
+    the bus bandwidth the slowest rank saw, whether the operation was ``emulated``
+    (gloo lacks it; see ``utils/dist_ops.py``), its p2p ``batch`` and the global rank of its peer or root.
+
+:meth:`Log.load` reads the log (ours or AICB's), joins the detail file when it is there, and returns
+typed pandas tables.  This module never imports torch, and imports pandas only to read (the ranks
+of a replay write without it).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from utils.errors import FormatError
+from utils.io import atomic_write
+from workload_generator.workload import CSV_COLUMNS, CommType, WorkItem, format_shapes, read_csv
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+LOG_SUFFIX = "_log.csv"
+DETAIL_SUFFIX = "_detail.csv"
+
+DETAIL_COLUMNS = (
+    "row", "iteration", "item_index", "comm_type", "comm_group", "comm_group_size", "msg_size", "stage",
+    "elapsed_ms", "algbw_gbps", "busbw_gbps", "max_elapsed_ms", "slowest_rank", "min_elapsed_ms", "last_arrival_rank",
+    "ranks_timed", "slowest_busbw_gbps", "emulated", "batch", "peer_rank",
+)
+"""Columns of the detail CSV (times in ms, bandwidths in GB/s, ranks global)."""
+
+
+def detail_path(log_path: str | os.PathLike) -> str:
+    """``x_log.csv`` -> ``x_detail.csv`` (the detail file beside a log)."""
+    path = os.fspath(log_path)
+    stem = path[: -len(LOG_SUFFIX)] if path.endswith(LOG_SUFFIX) else os.path.splitext(path)[0]
+    return stem + DETAIL_SUFFIX
+
+
+# ---- writing ---------------------------------------------------------------------------------
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "None"
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else "None"
+    return str(value)
+
+
+def _quote(text: str) -> str:
+    """CSV quoting as the csv module's minimal dialect does it."""
+    if any(c in text for c in ',"\r\n'):
+        return '"' + text.replace('"', '""') + '"'
+    return text
+
+
+def _row_parts(item: WorkItem) -> tuple[str, str]:
+    """The cells before ``_elapsed_time`` and after ``busbw`` of an item's log row, in the workload
+    CSV's spelling (``CommType.x``, ``None``, shapes written ``((4096 1 5120) (5120 7680))``) so that
+    ``Workload.load`` and AICB's tools read the log too."""
+    size = format_shapes(item.shapes) if item.shapes is not None else str(item.msg_size)
+    head = [str(item.comm_type), str(item.comm_group) if item.comm_group is not None else "None",
+            _cell(item.comm_group_size), _quote(size), _quote(item.stage), _cell(item.dst), _cell(item.src),
+            _quote(item.additional or "")]
+    return ",".join(head) + ",", f",{item.count}\n"
+
+
+class LogWriter:
+    """Writes the log CSV of FORMATS.md section 5 as operations complete.
+
+    Every row is flushed at once (a killed rank loses at most the operation in flight); this is the
+    one output of the toolkit that is deliberately not written atomically.  The constant part of
+    each item's row is formatted once (generators repeat the same item objects), so that writing a
+    row costs rank 0 a few microseconds between two operations.
+    """
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = os.fspath(path)
+        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+        self._file = open(self.path, "w", newline="", encoding="utf-8")  # noqa: SIM115 (closed by close())
+        self._file.write(",".join(CSV_COLUMNS) + "\n")
+        self._file.flush()
+        self._parts: dict[int, tuple[WorkItem, str, str]] = {}
+        self.rows = 0
+
+    def write(self, item: WorkItem, elapsed_ms: float | None, algbw_gbps: float | None = None,
+              busbw_gbps: float | None = None) -> None:
+        """One executed item: its time in ms and bandwidths in GB/s (None for computation)."""
+        cached = self._parts.get(id(item))
+        if cached is None or cached[0] is not item:
+            cached = self._parts[id(item)] = (item, *_row_parts(item))  # the item is kept: its id stays its own
+        self._file.write(f"{cached[1]}{_cell(elapsed_ms)},{_cell(algbw_gbps)},{_cell(busbw_gbps)}{cached[2]}")
+        self._file.flush()
+        self.rows += 1
+
+    def write_epoch_end(self, elapsed_ms: float) -> None:
+        """The ``epoch_end`` row closing an iteration, carrying its wall time in ms."""
+        self.write(WorkItem(CommType.epoch_end), elapsed_ms)
+
+    def flush(self) -> None:
+        if not self._file.closed:
+            self._file.flush()
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self._file.close()
+
+    def __enter__(self) -> LogWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def write_detail(path: str | os.PathLike, rows: Iterable[dict[str, Any]]) -> None:
+    """Write the detail CSV (:data:`DETAIL_COLUMNS`) atomically; missing values are left empty."""
+    with atomic_write(path) as handle:
+        writer = csv.DictWriter(handle, DETAIL_COLUMNS, lineterminator="\n", extrasaction="raise")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
+
+
+# ---- reading ---------------------------------------------------------------------------------
+
+_INT_COLUMNS = ("comm_group_size", "msg_size", "dst", "src", "count")
+_DETAIL_TYPES = {
+    "row": "Int64", "iteration": "Int64", "item_index": "Int64", "comm_group_size": "Int64", "msg_size": "Int64",
+    "elapsed_ms": "float64", "algbw_gbps": "float64", "busbw_gbps": "float64", "max_elapsed_ms": "float64",
+    "slowest_rank": "Int64", "min_elapsed_ms": "float64", "last_arrival_rank": "Int64", "ranks_timed": "Int64",
+    "slowest_busbw_gbps": "float64", "batch": "Int64", "peer_rank": "Int64",
+}
+_JOINED = ("max_elapsed_ms", "slowest_rank", "min_elapsed_ms", "last_arrival_rank", "ranks_timed", "slowest_busbw_gbps",
+           "emulated", "batch", "peer_rank", "item_index")
+
+
+def _items_frame(items: Sequence[WorkItem]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The log's rows as (items without epoch_end, epoch_end rows) with iteration numbers."""
+    import pandas as pd
+
+    rows, epochs = [], []
+    iteration = 0
+    for index, item in enumerate(items):
+        if item.is_epoch_end:
+            epochs.append({"row": index, "iteration": iteration, "time_ms": item.time_ns})
+            iteration += 1
+            continue
+        rows.append({
+            "row": index, "iteration": iteration, "comm_type": item.comm_type.value,
+            "comm_group": item.comm_group.value if item.comm_group is not None else None,
+            "comm_group_size": item.comm_group_size, "msg_size": item.msg_size,
+            "shapes": format_shapes(item.shapes) if item.shapes is not None else None, "stage": item.stage,
+            "dst": item.dst, "src": item.src, "additional": item.additional,
+            # the reader keeps the CSV's _elapsed_time in time_ns; in a log it is milliseconds
+            "elapsed_ms": item.time_ns, "algbw_gbps": item.algbw, "busbw_gbps": item.busbw, "count": item.count,
+        })
+    columns = ["row", "iteration", "comm_type", "comm_group", "comm_group_size", "msg_size", "shapes", "stage", "dst",
+               "src", "additional", "elapsed_ms", "algbw_gbps", "busbw_gbps", "count"]
+    frame = pd.DataFrame(rows, columns=columns)
+    for column in ("row", "iteration", *_INT_COLUMNS):
+        frame[column] = frame[column].astype("Int64")
+    for column in ("elapsed_ms", "algbw_gbps", "busbw_gbps"):
+        frame[column] = pd.to_numeric(frame[column], errors="coerce").astype("float64")
+    frame["comm_type"] = pd.Categorical(frame["comm_type"], categories=[t.value for t in CommType])
+    for column in ("comm_group", "shapes", "stage", "additional"):
+        frame[column] = frame[column].astype("string")
+    epoch_frame = pd.DataFrame(epochs, columns=["row", "iteration", "time_ms"])
+    epoch_frame = epoch_frame.astype({"row": "Int64", "iteration": "Int64", "time_ms": "float64"})
+    return frame, epoch_frame
+
+
+def _read_detail(path: str) -> pd.DataFrame:
+    import pandas as pd
+
+    try:
+        frame = pd.read_csv(path, keep_default_na=True)
+    except (OSError, pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise FormatError(path, f"cannot read the detail CSV: {exc}") from None
+    missing = [c for c in ("row", "max_elapsed_ms", "slowest_rank") if c not in frame.columns]
+    if missing:
+        raise FormatError(path, f"header lacks column(s) {', '.join(missing)} (expected {','.join(DETAIL_COLUMNS)})")
+    types = {k: v for k, v in _DETAIL_TYPES.items() if k in frame.columns}
+    try:
+        frame = frame.astype(types)
+    except (TypeError, ValueError) as exc:
+        raise FormatError(path, f"non-numeric value in a numeric column: {exc}") from None
+    if "emulated" in frame.columns:
+        frame["emulated"] = frame["emulated"].map(lambda v: str(v).strip().lower() in ("true", "1")).astype("boolean")
+    return frame
+
+
+@dataclass
+class Log:
+    """A replay log loaded for analysis.
+
+    ``items``: one row per logged operation (``epoch_end`` rows excluded) with ``iteration`` (0 is
+    init), ``comm_type`` (without the ``CommType.`` prefix), ``comm_group``, ``msg_size`` (bytes; 0 for
+    computation, whose operand shapes are in ``shapes``), ``elapsed_ms``, ``algbw_gbps``,
+    ``busbw_gbps``, and, when the detail CSV is beside the log, ``max_elapsed_ms``, ``slowest_rank``,
+    ``min_elapsed_ms``, ``last_arrival_rank``, ``ranks_timed``, ``slowest_busbw_gbps``, ``emulated``,
+    ``batch``, ``peer_rank``, ``item_index``.
+    ``iterations``: one row per iteration: ``time_ms`` (the epoch_end row's wall time; NaN for a
+    block a crash cut short), ``comm_ms`` and ``compute_ms`` (sums of the rows), ``ops``, and with the
+    detail file ``max_time_ms`` / ``slowest_rank`` (the slowest rank's wall time of that iteration).
+    """
+
+    path: str
+    items: pd.DataFrame
+    iterations: pd.DataFrame
+    detail_path: str | None = None
+
+    @property
+    def epoch_times(self) -> pd.Series:
+        """Wall time of each completed block in ms, indexed by iteration (0 is init): AICB's name."""
+        import pandas as pd
+
+        done = self.iterations.dropna(subset=["time_ms"])
+        return pd.Series(done["time_ms"].to_numpy(), index=done["iteration"].to_numpy(), name="time_ms")
+
+    @property
+    def measured(self) -> pd.DataFrame:
+        """Items of the measured iterations (init excluded)."""
+        return self.items[self.items["iteration"] >= 1]
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, detail: str | os.PathLike | None = None) -> Log:
+        """Read a ``*_log.csv`` (ours or AICB's) and, when present, the ``*_detail.csv`` beside it
+        (or ``detail``).  Raises :class:`~utils.errors.FormatError` naming the file and line."""
+        path = os.fspath(path)
+        try:
+            with open(path, newline="", encoding="utf-8") as handle:
+                text = handle.read()
+        except OSError as exc:
+            raise FormatError(path, f"cannot read: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise FormatError(path, "not a text file (expected a replay log CSV)") from None
+        items, epochs = _items_frame(read_csv(io.StringIO(text), path))
+        iterations = _iteration_table(items, epochs)
+        dpath = os.fspath(detail) if detail is not None else detail_path(path)
+        if detail is None and not os.path.exists(dpath):
+            return cls(path=path, items=items, iterations=iterations)
+        extra = _read_detail(dpath)
+        joined = [c for c in _JOINED if c in extra.columns]
+        items = items.merge(extra[["row", *joined]], on="row", how="left")
+        epoch_rows = extra[extra["comm_type"].astype(str).str.contains("epoch_end")]
+        if len(epoch_rows):
+            slow = epoch_rows[["iteration", "max_elapsed_ms", "slowest_rank"]].rename(
+                columns={"max_elapsed_ms": "max_time_ms"})
+            iterations = iterations.merge(slow, on="iteration", how="left")
+        return cls(path=path, items=items, iterations=iterations, detail_path=dpath)
+
+    def iteration_stats(self):
+        """:func:`log_analyzer.summary.iteration_stats` of the measured iterations."""
+        from log_analyzer.summary import iteration_stats
+
+        return iteration_stats(self)
+
+    def comm_summary(self, include_init: bool = False) -> pd.DataFrame:
+        """:func:`log_analyzer.summary.comm_summary` of the measured iterations (init too if asked)."""
+        from log_analyzer.summary import comm_summary
+
+        return comm_summary(self.items if include_init else self.measured)
+
+
+def _iteration_table(items: pd.DataFrame, epochs: pd.DataFrame) -> pd.DataFrame:
+    is_comp = items["comm_type"] == CommType.computation.value
+    grouped = items.assign(comm_ms=items["elapsed_ms"].where(~is_comp, 0.0),
+                           compute_ms=items["elapsed_ms"].where(is_comp, 0.0))
+    sums = grouped.groupby("iteration", observed=True).agg(
+        comm_ms=("comm_ms", "sum"), compute_ms=("compute_ms", "sum"), ops=("row", "count")).reset_index()
+    table = epochs[["iteration", "time_ms"]].merge(sums, on="iteration", how="outer").sort_values("iteration")
+    table["ops"] = table["ops"].fillna(0).astype("Int64")
+    table["iteration"] = table["iteration"].astype("Int64")
+    for column in ("comm_ms", "compute_ms"):
+        table[column] = table[column].fillna(0.0)
+    return table.reset_index(drop=True)

@@ -1,0 +1,194 @@
+"""Summaries of a replay log: per iteration, per (type, group, size), and the collective sweep table.
+
+The replay prints these at the end of a run (computed from the files it has just written, so a
+notebook that loads the same files gets the same numbers).  Conventions: times in ms (the sweep
+table in us, as nccl-tests prints), bandwidths in GB/s = 10^9 B/s (FORMATS.md section 1); ``std`` is
+the population standard deviation (ddof=0, as AICB's numpy.std); ``p90`` numpy's linear-interpolated
+90th percentile.  No torch here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from utils.units import format_size
+
+if TYPE_CHECKING:
+    from log_analyzer.log import Log
+
+
+@dataclass(frozen=True)
+class IterationStats:
+    """Wall time of the measured iterations (ms) and of the init block (``init_ms``, None if unknown)."""
+
+    count: int
+    mean_ms: float
+    max_ms: float
+    min_ms: float
+    p90_ms: float
+    std_ms: float
+    init_ms: float | None = None
+    slowest_rank_max_ms: float | None = None
+
+
+def iteration_stats(log_or_times: Log | pd.Series | list[float], init_ms: float | None = None) -> IterationStats:
+    """Statistics of the measured iteration times: a :class:`Log` (iterations >= 1; init from
+    iteration 0), or a plain sequence of times in ms."""
+    slowest = None
+    if hasattr(log_or_times, "iterations"):
+        table = log_or_times.iterations
+        done = table.dropna(subset=["time_ms"])
+        init = done[done["iteration"] == 0]["time_ms"]
+        init_ms = float(init.iloc[0]) if len(init) else None
+        measured = done[done["iteration"] >= 1]
+        times = measured["time_ms"].to_numpy(dtype=float)
+        if "max_time_ms" in measured.columns and measured["max_time_ms"].notna().any():
+            slowest = float(measured["max_time_ms"].max())
+    else:
+        times = np.asarray(list(log_or_times), dtype=float)
+    if times.size == 0:
+        nan = float("nan")
+        return IterationStats(0, nan, nan, nan, nan, nan, init_ms, slowest)
+    return IterationStats(
+        count=int(times.size), mean_ms=float(times.mean()), max_ms=float(times.max()), min_ms=float(times.min()),
+        p90_ms=float(np.percentile(times, 90)), std_ms=float(times.std()), init_ms=init_ms,
+        slowest_rank_max_ms=slowest,
+    )
+
+
+SUMMARY_COLUMNS = ["comm_type", "comm_group", "msg_size", "count", "time_mean_ms", "time_std_ms", "busbw_mean_gbps",
+                   "busbw_std_gbps", "max_time_ms", "slowest_rank", "straggler_rank", "emulated"]
+
+
+def comm_summary(items: pd.DataFrame) -> pd.DataFrame:
+    """Per (comm_type, comm_group, msg_size): count, time mean and std (ms), busbw mean and std (GB/s),
+    the longest time any rank took (``max_time_ms``, from the detail CSV, else rank 0's), the rank
+    that was slowest most often (``slowest_rank``) and the rank the others waited for most often
+    (``straggler_rank``: the shortest time, it arrived last); the ranks are NA without the detail
+    CSV.  Computation rows are left out."""
+    comm = items[items["comm_type"].astype(str) != "computation"]
+    rows = []
+    for (ctype, group, size), part in comm.groupby(["comm_type", "comm_group", "msg_size"], observed=True, dropna=False,
+                                                   sort=True):
+        times = part["elapsed_ms"].to_numpy(dtype=float)
+        busbw = part["busbw_gbps"].to_numpy(dtype=float)
+        slowest = straggler = pd.NA
+        max_time = float(np.nanmax(times)) if times.size else float("nan")
+        if "slowest_rank" in part.columns and part["slowest_rank"].notna().any():
+            slowest = int(part["slowest_rank"].dropna().mode().iloc[0])
+            max_time = float(part["max_elapsed_ms"].max())
+        if "last_arrival_rank" in part.columns and part["last_arrival_rank"].notna().any():
+            straggler = int(part["last_arrival_rank"].dropna().mode().iloc[0])
+        emulated = bool(part["emulated"].fillna(False).any()) if "emulated" in part.columns else False
+        rows.append({
+            "comm_type": str(ctype), "comm_group": None if pd.isna(group) else str(group), "msg_size": int(size),
+            "count": int(len(part)), "time_mean_ms": float(np.mean(times)), "time_std_ms": float(np.std(times)),
+            "busbw_mean_gbps": float(np.nanmean(busbw)) if np.isfinite(busbw).any() else float("nan"),
+            "busbw_std_gbps": float(np.nanstd(busbw)) if np.isfinite(busbw).any() else float("nan"),
+            "max_time_ms": max_time, "slowest_rank": slowest, "straggler_rank": straggler, "emulated": emulated,
+        })
+    frame = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+    for column in ("slowest_rank", "straggler_rank"):
+        frame[column] = frame[column].astype("Int64")
+    return frame
+
+
+SWEEP_COLUMNS = ["msg_size", "count", "time_mean_us", "algbw_gbps", "busbw_gbps", "max_time_us", "slowest_rank"]
+
+
+def sweep_summary(items: pd.DataFrame) -> pd.DataFrame:
+    """The collective sweep table (``--frame collective_test``), one row per message size: mean time
+    (us, rank 0), algbw and busbw of the mean time (GB/s, as nccl-tests reports them), and the
+    slowest rank's longest time (us) when the detail CSV is there."""
+    comm = items[(items["comm_type"].astype(str) != "computation") & (items["iteration"] >= 1)]
+    rows = []
+    for size, part in comm.groupby("msg_size", sort=True):
+        mean_ms = float(part["elapsed_ms"].mean())
+        # bandwidth of the mean time, not the mean of bandwidths (nccl-tests' definition)
+        ratio = float((part["busbw_gbps"] / part["algbw_gbps"]).dropna().iloc[0]) if part["algbw_gbps"].gt(0).any() else 0.0
+        algbw = int(size) / (mean_ms * 1e-3) / 1e9 if mean_ms > 0 else float("nan")
+        slowest = pd.NA
+        max_us = float(part["elapsed_ms"].max()) * 1e3
+        if "slowest_rank" in part.columns and part["slowest_rank"].notna().any():
+            slowest = int(part["slowest_rank"].dropna().mode().iloc[0])
+            max_us = float(part["max_elapsed_ms"].max()) * 1e3
+        rows.append({"msg_size": int(size), "count": int(len(part)), "time_mean_us": mean_ms * 1e3, "algbw_gbps": algbw,
+                     "busbw_gbps": algbw * ratio, "max_time_us": max_us, "slowest_rank": slowest})
+    frame = pd.DataFrame(rows, columns=SWEEP_COLUMNS)
+    frame["slowest_rank"] = frame["slowest_rank"].astype("Int64")
+    return frame
+
+
+# ---- text tables for the console ------------------------------------------------------------
+
+def _num(value: float, digits: int = 3) -> str:
+    return "-" if value is None or pd.isna(value) else f"{value:.{digits}f}"
+
+
+def format_iteration_stats(stats: IterationStats) -> str:
+    """AICB's iteration-time table (ms)."""
+    header = f"{'init (ms)':>12} {'iterations':>10} {'mean (ms)':>12} {'max (ms)':>12} {'min (ms)':>12} {'p90 (ms)':>12} " \
+             f"{'std (ms)':>12} {'slowest rank max (ms)':>22}"
+    line = "-" * len(header)
+    values = f"{_num(stats.init_ms):>12} {stats.count:>10} {_num(stats.mean_ms):>12} {_num(stats.max_ms):>12} " \
+             f"{_num(stats.min_ms):>12} {_num(stats.p90_ms):>12} {_num(stats.std_ms):>12} " \
+             f"{_num(stats.slowest_rank_max_ms):>22}"
+    return "\n".join([line, header, line, values])
+
+
+def format_comm_summary(summary: pd.DataFrame) -> str:
+    """One line per (type, group, size): count, time mean ± std (ms), busbw mean ± std (GB/s), the
+    longest time of any rank and the slowest and straggling ranks."""
+    header = (f"{'comm_type':<15} {'comm_group':<16} {'msg_size':>10} {'count':>6} {'time ms (mean ± std)':>22} "
+              f"{'busbw GB/s (mean ± std)':>24} {'max ms':>9} {'slowest rank':>12} {'straggler':>9}")
+    line = "-" * len(header)
+    out = [line, header, line]
+    for row in summary.itertuples(index=False):
+        tag = "*" if row.emulated else ""
+        slow = "-" if pd.isna(row.slowest_rank) else str(int(row.slowest_rank))
+        late = "-" if pd.isna(row.straggler_rank) else str(int(row.straggler_rank))
+        out.append(f"{row.comm_type + tag:<15} {row.comm_group or '-':<16} {format_size(row.msg_size):>10} "
+                   f"{row.count:>6} {_num(row.time_mean_ms) + ' ± ' + _num(row.time_std_ms):>22} "
+                   f"{_num(row.busbw_mean_gbps) + ' ± ' + _num(row.busbw_std_gbps):>24} {_num(row.max_time_ms):>9} "
+                   f"{slow:>12} {late:>9}")
+    out.append("slowest rank: the longest time, usually the rank that arrived first and waited; straggler: the "
+               "shortest time, the rank the others waited for (most often over the rows)")
+    if summary["emulated"].any():
+        out.append("* emulated: the backend lacks this collective; it ran as an equivalent built from supported ones")
+    return "\n".join(out)
+
+
+def format_sweep(sweep: pd.DataFrame, comm_type: str, group_size: int) -> str:
+    """The nccl-tests style table of a collective sweep."""
+    header = (f"{'size (B)':>12} {'size':>10} {'count':>6} {'time (us)':>12} {'algbw (GB/s)':>13} "
+              f"{'busbw (GB/s)':>13} {'max (us)':>12} {'slowest':>8}")
+    out = [f"# {comm_type} over {group_size} ranks; bandwidths in GB/s = 1e9 B/s (nccl-tests' definition)", header]
+    for row in sweep.itertuples(index=False):
+        slow = "-" if pd.isna(row.slowest_rank) else str(int(row.slowest_rank))
+        out.append(f"{row.msg_size:>12} {format_size(row.msg_size):>10} {row.count:>6} {_num(row.time_mean_us, 2):>12} "
+                   f"{_num(row.algbw_gbps, 2):>13} {_num(row.busbw_gbps, 2):>13} {_num(row.max_time_us, 2):>12} {slow:>8}")
+    return "\n".join(out)
+
+
+def report_text(log_path: str, sweep: bool = False) -> str:
+    """The replay's end-of-run report from its files: the sweep table (``sweep``), or the iteration
+    times and the per (type, group, size) table of the measured iterations; then the file names."""
+    from log_analyzer.log import Log, detail_path
+
+    log = Log.load(log_path)
+    if sweep:
+        comm = log.measured[log.measured["comm_type"].astype(str) != "computation"]
+        size = int(comm["comm_group_size"].iloc[0]) if len(comm) else 1
+        ctype = str(comm["comm_type"].iloc[0]) if len(comm) else "-"
+        parts = [format_sweep(sweep_summary(log.items), ctype, size)]
+    else:
+        parts = ["\tIteration time (rank 0's wall time; slowest rank's from every rank's)\n"
+                 + format_iteration_stats(iteration_stats(log)),
+                 "\tCommunication per (type, group, size), measured iterations\n"
+                 + format_comm_summary(comm_summary(log.measured))]
+    parts.append(f"log: {log_path}\ndetail: {detail_path(log_path)}")
+    return "\n" + "\n\n".join(parts)

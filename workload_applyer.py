@@ -1,0 +1,562 @@
+"""WorkloadApplyer: replay a workload's collectives over torch.distributed and measure them.
+
+    torchrun --nproc_per_node 8 aicb.py --frame Megatron --model_name gpt_13B --tensor_model_parallel_size 8 ...
+    torchrun --nproc_per_node 8 aicb.py --frame collective_test --test_comm all_reduce --begin_size 1M --end_size 1G
+
+Each rank generates its own pipeline stage's workload (or loads ``--workload``), the process groups
+come from the layout's RankGenerator, and every item runs with the torch.distributed call that
+matches it (``utils/dist_ops.py``; gloo's gaps emulated and marked).  Buffers are allocated once and
+sliced.  Times: CUDA events on a GPU, the monotonic clock on CPU (``utils/timer.py``); bandwidths per
+FORMATS.md section 1 (``utils/units.py``, GB/s = 10^9 B/s, nccl-tests' bus factors).  Rank 0 prints a
+line per operation and writes the log CSV row by row (``log_analyzer/log.py``); at the end every
+rank's times are gathered so the detail CSV and the summaries show each operation's slowest rank.
+A watchdog (``utils/watchdog.py``) bounds every operation by ``--timeout`` and turns a dead peer or
+an interrupt into one message per rank, never a silent hang.
+
+Differences from AICB's applyer: broadcast and reduce use the item's root translated to a global
+rank (AICB broadcasts from group rank 0 and passes the group rank to reduce as if it were global),
+p2p goes to the item's peer and Megatron's batched calls are batched, all-to-all moves ``msg_size``
+bytes per rank, element counts follow the dtype, and warm-up iterations are not logged.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from typing import Any
+
+from log_analyzer.log import LogWriter, detail_path, write_detail
+from utils.config import JobConfig
+from utils.errors import ConfigError, UserError
+from utils.replay_env import (
+    ReplayOptions,
+    first_line,
+    launch_env,
+    log_names,
+    measure_aiob,
+    needs_shared_aiob,
+    options_from,
+    rank_workload,
+    resolve_backend,
+)
+from utils.replay_plan import ALIGN, Plan, Resolved, Step, describe, plan_workload
+from utils.units import algbw, busbw, format_size
+from workload_generator.workload import CommGroup, CommType, Workload
+
+__all__ = ["ReplayFault", "ReplayOptions", "ReplayResult", "WorkloadApplyer", "options_from", "replay_main",
+           "resolve_backend"]
+
+PROG = "aicb.py"
+_TORCH_DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16", "half": "float16",
+                 "float32": "float32", "fp32": "float32", "float": "float32", "float8": "uint8", "fp8": "uint8",
+                 "uint8": "uint8"}
+
+
+class ReplayFault(Exception):
+    """An operation failed or a peer vanished: the run ends on this rank with one message (exit 1)."""
+
+
+@dataclass
+class _Row:
+    """One logged operation on this rank (``key`` names the same operation on every rank)."""
+
+    row: int
+    iteration: int
+    index: int
+    elapsed_ms: float
+    key: tuple | None
+    emulated: bool = False
+    batch: int | None = None
+
+
+@dataclass
+class ReplayResult:
+    """What a rank measured: logged rows and each block's wall time in ms (block 0 is init)."""
+
+    rows: list[_Row] = field(default_factory=list)
+    block_ms: list[float] = field(default_factory=list)
+
+
+class WorkloadApplyer:
+    """Replays one rank's workload.
+
+    Construction plans the replay (checks every item against the layout; no torch needed, so a bad
+    workload fails before any process starts talking); :meth:`setup` then needs
+    ``torch.distributed`` initialised.  ``log`` (rank 0) receives every logged operation as it
+    completes; ``watchdog`` (optional) is told what runs so that it can bound it and name it.
+    """
+
+    def __init__(self, workload: Workload, job: JobConfig, options: ReplayOptions, rank: int,
+                 log: LogWriter | None = None, watchdog: Any = None, source: str = "workload",
+                 print_fn=print) -> None:
+        self.workload = workload
+        self.job = job
+        self.options = options
+        self.rank = rank
+        self.device: Any = None
+        self.log = log
+        self.watchdog = watchdog
+        self.print = print_fn
+        self.generator = job.parallel.rank_generator()
+        self.plan: Plan = plan_workload(workload, self.generator, rank, options.dtype, source)
+        self._seq: Counter = Counter()
+        self._batches = 0
+        self._gemm: dict[tuple, tuple[Any, Any, bool]] = {}
+        self._unrun_compute: set[int] = set()
+        self._console: list[str] = []
+
+    # ---- setup ----------------------------------------------------------------------------------
+
+    def setup(self, device: Any, kinds: set | None = None) -> None:
+        """On ``device`` (a torch.device): create the process groups (``kinds``: the union over all
+        ranks, collectively agreed), warm each with a one-element all-reduce (communicators exist
+        before anything is timed), and allocate the buffers.  ``options.backend`` must be resolved
+        (nccl or gloo)."""
+        import torch
+
+        from utils.dist_groups import ProcessGroups
+        from utils.dist_ops import Collectives
+        from utils.timer import OpTimer
+
+        self.device = device
+        self._watch("creating the process groups")
+        self.groups = ProcessGroups(self.generator, self.rank, kinds if kinds is not None else self.plan.kinds,
+                                    self.options.timeout_s)
+        cuda = self.device.type == "cuda"
+        self.ops = Collectives(self.options.backend, self.options.emulate, self.device.index if cuda else None)
+        one = torch.zeros(1, device=self.device)
+        for handle in self.groups.handles():
+            self._watch(f"warming the {handle.kind.value} of ranks {handle.ranks[:8]}")
+            self.ops.all_reduce(one, handle.pg)
+        # zeros, not garbage: reducing NaNs or denormals is slower on CPUs than reducing zeros
+        self.main = torch.zeros(max(self.plan.main_bytes, 1), dtype=torch.uint8, device=self.device)
+        self.aux = torch.zeros(max(self.plan.aux_bytes, 1), dtype=torch.uint8, device=self.device)
+        self.timer = OpTimer(self.device)
+        self._prepare_compute()
+        self._idle()
+
+    def _prepare_compute(self) -> None:
+        import torch
+
+        mode = self.options.compute_mode
+        gemm = mode == "gemm" or (mode == "auto" and self.device.type == "cuda")
+        dtype = getattr(torch, _TORCH_DTYPES.get(self.options.dtype.lower(), "float32"))
+        if self.device.type == "cpu":
+            dtype = torch.float32  # half-precision matmuls are slow or missing on CPUs
+        for item in {id(i): i for i in self.workload.items if i.is_computation}.values():
+            shapes = item.shapes
+            if mode == "auto" and item.time_ns is not None:
+                continue  # auto sleeps a recorded time
+            if not gemm or shapes is None or len(shapes) != 2 or shapes in self._gemm:
+                continue
+            a, b = shapes
+            if len(a) < 2 or len(b) < 2:
+                continue
+            if a[-1] == b[-2]:
+                transpose = False
+            elif a[-1] == b[-1]:
+                transpose = True  # attention scores: q @ k^T, both recorded as (.., seq, head_dim)
+            else:
+                continue  # not a matmul (embedding lookup, ...)
+            self._gemm[shapes] = (torch.randn(a, dtype=dtype, device=self.device),
+                                  torch.randn(b, dtype=dtype, device=self.device), transpose)
+
+    # ---- running --------------------------------------------------------------------------------
+
+    def run(self) -> ReplayResult:
+        """Init (logged as iteration 0), ``warmup`` unlogged runs of the first iteration, then every
+        iteration of the workload, logged as 1, 2, ..."""
+        result = ReplayResult()
+        blocks = self.plan.blocks
+        self._run_block(blocks[0], 0, result)
+        if len(blocks) > 1:
+            for _ in range(self.options.warmup):
+                self._run_block(blocks[1], -1, result)
+        for number, block in enumerate(blocks[1:], start=1):
+            self._run_block(block, number, result)
+        self._idle()
+        return result
+
+    def _run_block(self, steps: list[Step], iteration: int, result: ReplayResult) -> None:
+        start = time.perf_counter_ns()
+        for step in steps:
+            self._watch((iteration, step.indexes[0]), bounded=step.kind != "compute")
+            try:
+                if step.kind == "compute":
+                    done = self._compute(step.indexes[0])
+                elif step.kind == "p2p":
+                    done = self._p2p(step.indexes)
+                else:
+                    done = [self._collective(step.indexes[0])]
+            except (RuntimeError, ValueError, TimeoutError, ConnectionError) as exc:
+                raise ReplayFault(f"{self.describe((iteration, step.indexes[0]))} failed: {first_line(exc)}") from None
+            self._idle()
+            if iteration >= 0:
+                for index, elapsed_ms, key, emulated, batch in done:
+                    self._record(result, iteration, index, elapsed_ms, key, emulated, batch)
+        if self.device.type == "cuda":
+            import torch
+
+            torch.cuda.synchronize(self.device)
+        elapsed_ms = (time.perf_counter_ns() - start) / 1e6
+        if iteration < 0:
+            return
+        result.block_ms.append(elapsed_ms)
+        if self.log is not None:
+            result.rows.append(_Row(self.log.rows, iteration, -1, elapsed_ms, None))
+            self.log.write_epoch_end(elapsed_ms)
+            if self.options.verbose:
+                name = "init" if iteration == 0 else f"iteration {iteration}"
+                self._console.append(f"[RANK {self.rank}] -------- {name} | time (ms): {elapsed_ms:.3f} --------")
+        self.flush_console()
+
+    def flush_console(self) -> None:
+        """Print the operation lines gathered since the last call.  They are printed per iteration,
+        not per operation: a write to a (possibly slow) terminal between two operations would delay
+        rank 0 and make it everybody's straggler.  The log CSV is still written row by row."""
+        lines, self._console = self._console, []
+        if lines:
+            self.print("\n".join(lines), flush=True)
+
+    def _record(self, result: ReplayResult, iteration: int, index: int, elapsed_ms: float, key: tuple | None,
+                emulated: bool, batch: int | None) -> None:
+        item = self.workload.items[index]
+        row = self.log.rows if self.log is not None else len(result.rows)
+        result.rows.append(_Row(row, iteration, index, elapsed_ms, key, emulated, batch))
+        if self.log is None:
+            return
+        if item.is_computation:
+            self.log.write(item, elapsed_ms)
+            if self.options.verbose:
+                self._console.append(f"[RANK {self.rank}] #{index} comp op: {item.stage} | time (ms): {elapsed_ms:.3f}")
+            return
+        size = item.comm_group_size or self.plan.of(item).size
+        alg, bus = algbw(item.msg_size, elapsed_ms / 1e3), busbw(item.comm_type, item.msg_size, elapsed_ms / 1e3, size)
+        self.log.write(item, elapsed_ms, alg, bus)
+        if self.options.verbose:
+            tag = " | emulated" if emulated else ""
+            self._console.append(
+                f"[RANK {self.rank}] #{index} comm op: {item.comm_type} | comm group: {item.comm_group} ({size}) | "
+                f"time (ms): {elapsed_ms:.3f} | msg size: {format_size(item.msg_size)} | algbw (GB/s): {alg:.3f} | "
+                f"busbw (GB/s): {bus:.3f}{tag}")
+
+    def _view(self, buffer: Any, nbytes: int, element: str, offset: int = 0) -> Any:
+        import torch
+
+        return buffer[offset:offset + nbytes].view(getattr(torch, _TORCH_DTYPES.get(element, "uint8")))
+
+    def _key(self, r: Resolved) -> tuple:
+        name = (r.group.value, r.group_index)
+        seq = self._seq[name]
+        self._seq[name] = seq + 1
+        return (*name, seq)
+
+    def _collective(self, index: int) -> tuple:
+        item = self.workload.items[index]
+        r = self.plan.of(item)
+        pg = self.groups[r.group].pg
+        ctype = item.comm_type
+        ops, timer = self.ops, self.timer
+        if ctype in (CommType.all_gather, CommType.reduce_scatter, CommType.all_to_all):
+            whole = self._view(self.main, r.nbytes, r.element)
+            part = self._view(self.aux, r.nbytes if ctype is CommType.all_to_all else r.nbytes // r.size, r.element)
+        else:
+            whole = self._view(self.main, r.nbytes, r.element)
+        timer.start()
+        if ctype is CommType.all_reduce:
+            emulated = ops.all_reduce(whole, pg)
+        elif ctype is CommType.all_gather:
+            emulated = ops.all_gather(whole, part, pg, r.size)
+        elif ctype is CommType.reduce_scatter:
+            emulated = ops.reduce_scatter(part, whole, pg, r.size, r.me)
+        elif ctype is CommType.all_to_all:
+            emulated = ops.all_to_all(part, whole, pg, r.ranks, r.me)
+        elif ctype is CommType.broadcast:
+            emulated = ops.broadcast(whole, r.root, pg)
+        elif ctype is CommType.reduce:
+            emulated = ops.reduce(whole, r.root, pg)
+        elif ctype is CommType.barrier:
+            emulated = ops.barrier(pg)
+        else:
+            raise ConfigError(f"item {index}: {ctype} cannot be replayed")
+        elapsed_ms = timer.stop()
+        return index, elapsed_ms, self._key(r), emulated, None
+
+    def _p2p(self, indexes: tuple[int, ...]) -> list[tuple]:
+        from utils.dist_ops import P2P
+
+        ops, keys, offset = [], [], 0
+        resolved = [self.plan.of(self.workload.items[i]) for i in indexes]
+        for r in resolved:
+            send = r.item.comm_type is CommType.isend
+            if send:
+                tensor = self._view(self.main, r.nbytes, r.element)
+            else:
+                tensor = self._view(self.aux, r.nbytes, r.element, offset)
+                offset += -(-r.nbytes // ALIGN) * ALIGN  # the plan sized aux with these aligned slices
+            ops.append(P2P(send, tensor, r.peer))
+            link = (self.rank, r.peer) if send else (r.peer, self.rank)
+            seq = self._seq[("p2p", *link)]
+            self._seq[("p2p", *link)] = seq + 1
+            keys.append(("p2p", *link, seq))
+        pg = self.groups[resolved[0].group].pg
+        self.timer.start()
+        emulated = self.ops.p2p(ops, pg)
+        elapsed_ms = self.timer.stop()
+        self._batches += 1
+        return [(i, elapsed_ms, key, emulated, self._batches) for i, key in zip(indexes, keys)]
+
+    def _compute(self, index: int) -> list[tuple]:
+        from utils.timer import precise_sleep
+
+        item = self.workload.items[index]
+        mode = self.options.compute_mode
+        gemm = self._gemm.get(item.shapes) if item.shapes is not None else None
+        timer = self.timer
+        if mode in ("sleep", "auto") and item.time_ns is not None:
+            timer.start()
+            precise_sleep(item.time_ns)
+        elif mode in ("gemm", "auto") and gemm is not None:
+            a, b, transpose = gemm
+            timer.start()
+            _ = (a @ b.transpose(-1, -2)) if transpose else (a @ b)
+        else:
+            if mode != "skip":
+                self._unrun_compute.add(id(item))
+            return []
+        return [(index, timer.stop(), None, False, None)]
+
+    # ---- the watchdog ---------------------------------------------------------------------------
+
+    def _watch(self, what: Any, bounded: bool = True) -> None:
+        if self.watchdog is not None:
+            self.watchdog.watch(what, bounded)
+
+    def _idle(self) -> None:
+        if self.watchdog is not None:
+            self.watchdog.idle()
+
+    def describe(self, what: Any) -> str:
+        """``(iteration, item index)`` -> ``operation 57 of iteration 1 (all_gather, tp_group ...)``."""
+        if not isinstance(what, tuple):
+            return str(what)
+        iteration, index = what
+        item = self.workload.items[index]
+        resolved = self.plan.resolved.get(id(item))
+        when = "init" if iteration == 0 else ("a warm-up iteration" if iteration < 0 else f"iteration {iteration}")
+        return f"operation {index} of {when} ({describe(item, resolved)})"
+
+    # ---- after the run --------------------------------------------------------------------------
+
+    def gather(self, result: ReplayResult) -> tuple[dict[tuple, list[tuple[int, float]]], list[list[float]]] | None:
+        """Every rank's time of each operation rank 0 logged, and every rank's block times; rank 0
+        gets ``({key: [(rank, ms), ...]}, [block_ms of rank r, ...])``, the others None."""
+        import torch.distributed as dist
+
+        self._watch("gathering every rank's times")
+        keys = [[row.key for row in result.rows if row.key is not None] if self.rank == 0 else None]
+        dist.broadcast_object_list(keys, src=0)
+        wanted = set(keys[0])
+        mine = [(row.key, row.elapsed_ms) for row in result.rows if row.key in wanted]
+        gathered: list[Any] | None = [None] * dist.get_world_size() if self.rank == 0 else None
+        dist.gather_object((mine, result.block_ms), gathered, dst=0)
+        self._idle()
+        if gathered is None:
+            return None
+        times: dict[tuple, list[tuple[int, float]]] = {}
+        for rank, (pairs, _) in enumerate(gathered):
+            for key, ms in pairs:
+                times.setdefault(key, []).append((rank, ms))
+        return times, [blocks for _, blocks in gathered]
+
+    def detail_rows(self, result: ReplayResult, times: dict, blocks: list[list[float]]) -> list[dict[str, Any]]:
+        """The detail CSV's rows (rank 0), one per log row."""
+        out = []
+        block_number = 0
+        for row in result.rows:
+            if row.index < 0:  # epoch_end
+                per_rank = [(r, b[block_number]) for r, b in enumerate(blocks) if block_number < len(b)]
+                slow_rank, slow_ms = max(per_rank, key=lambda p: p[1]) if per_rank else (None, None)
+                out.append({"row": row.row, "iteration": row.iteration, "comm_type": "epoch_end",
+                            "elapsed_ms": row.elapsed_ms, "max_elapsed_ms": slow_ms, "slowest_rank": slow_rank,
+                            "ranks_timed": len(per_rank)})
+                block_number += 1
+                continue
+            item = self.workload.items[row.index]
+            entry: dict[str, Any] = {"row": row.row, "iteration": row.iteration, "item_index": row.index,
+                                     "comm_type": item.comm_type.value, "stage": item.stage,
+                                     "elapsed_ms": row.elapsed_ms, "emulated": row.emulated, "batch": row.batch}
+            if not item.is_computation:
+                r = self.plan.of(item)
+                n = item.comm_group_size or r.size
+                seconds = row.elapsed_ms / 1e3
+                per_rank = times.get(row.key, [(self.rank, row.elapsed_ms)])
+                slow_rank, slow_ms = max(per_rank, key=lambda p: p[1])
+                # the shortest time is the rank that arrived last: the others waited for it
+                last_rank, last_ms = min(per_rank, key=lambda p: p[1])
+                entry.update(comm_group=r.group.value, comm_group_size=n, msg_size=item.msg_size,
+                             min_elapsed_ms=last_ms, last_arrival_rank=last_rank,
+                             algbw_gbps=_finite(algbw(item.msg_size, seconds)),
+                             busbw_gbps=_finite(busbw(item.comm_type, item.msg_size, seconds, n)),
+                             max_elapsed_ms=slow_ms, slowest_rank=slow_rank, ranks_timed=len(per_rank),
+                             slowest_busbw_gbps=_finite(busbw(item.comm_type, item.msg_size, slow_ms / 1e3, n)),
+                             peer_rank=r.peer if r.peer is not None else r.root)
+            out.append(entry)
+        return out
+
+    def compute_notice(self) -> str | None:
+        """A note on computation items that were not run (no time to sleep, no matmul shapes)."""
+        if not self._unrun_compute:
+            return None
+        count = len(self._unrun_compute)
+        return (f"computation items not run: {count} distinct (--compute_mode {self.options.compute_mode}: no recorded "
+                "time to sleep, or shapes that are not a matmul); they are not in the log")
+
+
+def _finite(value: float) -> float | None:
+    return value if value == value and value not in (float("inf"), float("-inf")) else None
+
+
+def _agree(error: str | None) -> None:
+    """Every rank learns whether any rank failed to prepare; all raise the first rank's message."""
+    import torch.distributed as dist
+
+    errors: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(errors, error)
+    for rank, message in enumerate(errors):
+        if message is not None:
+            raise UserError(message if rank == dist.get_rank() else f"rank {rank}: {message}")
+
+
+def _shared(make: Any, rank: int) -> Any:
+    """``make()`` on rank 0, its result broadcast to every rank; a user error there is everyone's."""
+    import torch.distributed as dist
+
+    box: list[Any] = [None, None]
+    if rank == 0:
+        try:
+            box[0] = make()
+        except UserError as exc:
+            box[1] = str(exc)
+    dist.broadcast_object_list(box, src=0)
+    if box[1] is not None:
+        raise UserError(box[1] if rank == 0 else f"rank 0: {box[1]}")
+    return box[0]
+
+
+def replay_main(job: JobConfig, values: dict[str, Any]) -> int:
+    """``aicb.py`` without ``--workload_only``: replay this rank's workload and report.
+
+    User errors raise :class:`UserError` on every rank (exit 2, nothing written); a failed
+    operation, a vanished peer, a timeout or an interrupt ends every rank with one line naming the
+    operation (exit 1, or 128 + the signal), the log keeping every row that completed.
+    """
+    rank, world, local_rank = launch_env(job)
+    options = options_from(job, values)
+    # Plan before torch starts: a bad workload fails in a moment; with more than one rank every rank
+    # must learn of any rank's error (below), or the others would wait for it until the timeout.
+    error: str | None = None
+    applyer: WorkloadApplyer | None = None
+    aiob = needs_shared_aiob(job, values)   # measured below, on rank 0's device, once torch is up
+    try:
+        if not aiob:
+            workload, source = rank_workload(job, values, rank)
+            applyer = WorkloadApplyer(workload, job, options, rank, source=source)
+        base, workload_path = log_names(job, values)
+    except UserError as exc:
+        if world == 1:
+            raise
+        error = str(exc)
+    import torch
+    import torch.distributed as dist
+
+    options = replace(options, backend=resolve_backend(options.backend, torch.cuda.is_available()))
+    if applyer is not None:
+        applyer.options = options
+    if options.backend == "nccl":
+        os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")  # a failed peer aborts instead of hanging
+        torch.cuda.set_device(local_rank % torch.cuda.device_count())
+        device = torch.device("cuda", torch.cuda.current_device())
+    else:
+        device = torch.device("cpu")
+    prefix = f"{PROG}: error: rank {rank}: "
+    try:
+        dist.init_process_group(options.backend, timeout=timedelta(seconds=options.timeout_s), rank=rank,
+                                world_size=world)
+    except (RuntimeError, ValueError, TimeoutError) as exc:
+        print(f"{prefix}could not join the {world}-rank process group within --timeout {options.timeout_s:g} s: "
+              f"{first_line(exc)}", file=sys.stderr, flush=True)
+        os._exit(1)
+    from utils.watchdog import Watchdog
+
+    log: LogWriter | None = None
+
+    def describe(what: Any) -> str:
+        return applyer.describe(what) if applyer is not None else str(what)
+
+    def on_fatal() -> str | None:
+        if applyer is not None:
+            applyer.flush_console()
+        sys.stdout.flush()
+        if log is None:
+            return None
+        log.flush()
+        return f"; the log keeps the {log.rows} rows that completed: {log.path}"
+
+    watchdog = Watchdog(options.timeout_s, prefix, describe, on_fatal).start()
+    try:
+        watchdog.watch("agreeing that every rank is ready")
+        _agree(error)
+        if aiob:
+            watchdog.watch("measuring the compute times on rank 0 (AIOB; it must end within --timeout)")
+            compute = _shared(lambda: measure_aiob(job, values), rank)
+            try:
+                workload, source = rank_workload(job, values, rank, compute)
+                applyer = WorkloadApplyer(workload, job, options, rank, source=source)
+            except UserError as exc:
+                error = str(exc)
+            _agree(error)
+        applyer.watchdog = watchdog
+        kinds_all: list[Any] = [None] * world
+        dist.all_gather_object(kinds_all, sorted(k.value for k in applyer.plan.kinds))
+        kinds = {CommGroup(k) for ks in kinds_all for k in ks}
+        applyer.setup(device, kinds)
+        if rank == 0:
+            if workload_path:
+                workload.dump(workload_path)
+            out_dir = os.path.join(values.get("output_dir") or "results", "comm_logs")
+            log = applyer.log = LogWriter(os.path.join(out_dir, base + "_log.csv"))
+            print(f"[RANK 0] replaying {source}: {len(workload)} items on {world} ranks over {options.backend} "
+                  f"({device}); log: {log.path}", flush=True)
+        result = applyer.run()
+        gathered = applyer.gather(result)
+        if rank == 0:
+            times, blocks = gathered
+            write_detail(detail_path(log.path), applyer.detail_rows(result, times, blocks))
+            log.close()
+            from log_analyzer.summary import report_text
+
+            print(report_text(log.path, sweep=job.training.frame == "collective_test"), flush=True)
+            notice = applyer.compute_notice()
+            if notice:
+                print(f"\nnote: {notice}", flush=True)
+        watchdog.watch("finishing", bounded=True)
+        dist.barrier()
+    except (ReplayFault, RuntimeError, TimeoutError, ConnectionError) as fault:
+        # ReplayFault names the operation; a failure outside one (group setup, the final gather) is
+        # named by what the watchdog was told was running
+        text = str(fault) if isinstance(fault, ReplayFault) else f"{describe(watchdog.current)} failed: {first_line(fault)}"
+        note = on_fatal()
+        print(f"{prefix}{text}{note or ''}", file=sys.stderr, flush=True)
+        os._exit(1)  # not sys.exit: tearing down a broken process group can hang
+    except UserError:
+        watchdog.stop()
+        dist.destroy_process_group()
+        raise
+    watchdog.stop()
+    dist.destroy_process_group()
+    return 0
