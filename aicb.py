@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     job, values = parse_job(argv, PROG, "Generate, time and replay the communication of a training iteration.")
     if values["workload_only"]:
         workload = build_timed_workload(job, values)  # --aiob_enable / --comp_filepath / --compute_source
-        path = values.get("output") or default_workload_path(job, values, job.training.frame.lower())
+        path = values.get("output") or default_workload_path(job, values, workload.generator or job.training.frame.lower())
         workload.dump(path)
         print(f"Workload file generated: {path} ({len(workload)} items, pipeline rank {job.parallel.pp_rank})")
         return 0

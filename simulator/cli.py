@@ -22,49 +22,11 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from utils.cli import CliParser
+from utils.cli import CliParser, fraction, non_negative, number, positive_int, positive_number
 from utils.errors import ConfigError
 
 PROG = "simulator"
 MODEL_CHOICES = ("simai", "topo")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def _float(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-
-
-def _fraction(text: str) -> float:
-    value = _float(text)
-    if not 0.0 < value <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 1], got {text!r}")
-    return value
-
-
-def _non_negative(text: str) -> float:
-    value = _float(text)
-    if not value >= 0.0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
-    return value
-
-
-def _positive(text: str) -> float:
-    value = _float(text)
-    if not value > 0.0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
 
 
 def build_parser() -> CliParser:
@@ -77,20 +39,20 @@ def build_parser() -> CliParser:
                         "Default: topo with -t, else simai")
     p.add_argument("-t", "--topology", metavar="FILE",
                    help="SimAI topology file (python -m topo.gen); implies --model topo")
-    p.add_argument("-g", "--gpus", type=_positive_int, metavar="N", help="number of GPUs (default: the workload's all_gpus)")
-    p.add_argument("-g_p_s", "--gpus_per_server", "--gpus-per-server", type=_positive_int, metavar="N", help="GPUs per server")
-    p.add_argument("-n_p_s", "--nics_per_server", "--nics-per-server", type=_positive_int, metavar="N", help="NICs per server")
-    p.add_argument("-nv", "--nvlink_bw", "--nvlink-bw", type=_float, metavar="GIBPS",
+    p.add_argument("-g", "--gpus", type=positive_int, metavar="N", help="number of GPUs (default: the workload's all_gpus)")
+    p.add_argument("-g_p_s", "--gpus_per_server", "--gpus-per-server", type=positive_int, metavar="N", help="GPUs per server")
+    p.add_argument("-n_p_s", "--nics_per_server", "--nics-per-server", type=positive_int, metavar="N", help="NICs per server")
+    p.add_argument("-nv", "--nvlink_bw", "--nvlink-bw", type=number, metavar="GIBPS",
                    help="NVLink busbw in GiB/s (default by GPU type; <= 0 also means the default)")
-    p.add_argument("-nic", "--nic_busbw", "--nic-busbw", type=_float, metavar="GIBPS",
+    p.add_argument("-nic", "--nic_busbw", "--nic-busbw", type=number, metavar="GIBPS",
                    help="busbw of one NIC in GiB/s (default by NIC type; <= 0 also means the default)")
     p.add_argument("-g_type", "--gpu_type", "--gpu-type", metavar="TYPE", help="H100, H20, H800, A100 (default) or A800")
     p.add_argument("-nic_t", "--nic_type", "--nic-type", metavar="TYPE", help="cx6, cx7 (default) or bf3")
     for short, name, default in (("-dp_o", "dp", 0.0), ("-tp_o", "tp", 0.0), ("-ep_o", "ep", 0.0), ("-pp_o", "pp", 1.0)):
         p.add_argument(short, f"--{name}_overlap_ratio", f"--{name}-overlap-ratio", dest=f"{name}_overlap",
-                       type=_float, metavar="RATIO", default=default,
+                       type=number, metavar="RATIO", default=default,
                        help=f"{name.upper()} overlap ratio in [0, 1] (default {default})")
-    p.add_argument("--pp_busbw", "--pp-busbw", type=_float, metavar="GIBPS",
+    p.add_argument("--pp_busbw", "--pp-busbw", type=number, metavar="GIBPS",
                    help="busbw of the pipeline send in GiB/s for the PP exposed term (default: the DP group's "
                         "inter-node busbw; SimAI 1.7 divides by -pp_o there, a bug)")
     p.add_argument("-r", "--result", metavar="PREFIX",
@@ -106,13 +68,13 @@ def build_parser() -> CliParser:
                                          "(default on for SimAI files)")
     topo.add_argument("--tp_comm_overlap", "--tp-comm-overlap", action="store_true",
                       help="TP collectives run beside the compute (Megatron's --tp-comm-overlap)")
-    topo.add_argument("--nvlink_efficiency", "--nvlink-efficiency", type=_fraction, metavar="F",
+    topo.add_argument("--nvlink_efficiency", "--nvlink-efficiency", type=fraction, metavar="F",
                       help="busbw / nominal NVLink rate (default 0.824 with -t, 1 for the derived fabric)")
-    topo.add_argument("--nic_efficiency", "--nic-efficiency", type=_fraction, metavar="F",
+    topo.add_argument("--nic_efficiency", "--nic-efficiency", type=fraction, metavar="F",
                       help="busbw / nominal NIC rate (default 0.97 with -t, 1 for the derived fabric)")
-    topo.add_argument("--latency_scale", "--latency-scale", type=_non_negative, metavar="X", default=1.0,
+    topo.add_argument("--latency_scale", "--latency-scale", type=non_negative, metavar="X", default=1.0,
                       help="multiply every latency term of NCCL's model (0: bandwidth only; default 1)")
-    topo.add_argument("--peak_tflops", "--peak-tflops", type=_positive, metavar="TFLOPS",
+    topo.add_argument("--peak_tflops", "--peak-tflops", type=positive_number, metavar="TFLOPS",
                       help="dense peak TFLOP/s per GPU for the MFU (default by GPU type)")
     p.add_argument("-q", "--quiet", action="store_true", help="do not print the summary")
     return p

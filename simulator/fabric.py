@@ -38,6 +38,7 @@ from typing import Protocol
 import numpy as np
 
 from simulator.collectives import GroupShape, congestion
+from topo.topology import connected_labels
 from utils.errors import ConfigError
 
 NVLINK_LINK_LATENCY_S = 0.025e-6
@@ -139,18 +140,8 @@ class TopologyFabric:
         asw = np.full(topo.gpu_count, -1, dtype=np.int64)
         order = np.argsort(-sw, kind="stable")  # assign in descending order so the lowest id wins
         asw[gpu[order]] = sw[order]
-        label = np.arange(topo.node_count, dtype=np.int64)
         up = (level[src] >= 1) & (level[src] <= 2) & (level[dst] >= 1) & (level[dst] <= 2)
-        u, v = src[up], dst[up]
-        while len(u):
-            low = np.minimum(label[u], label[v])
-            new = label.copy()
-            np.minimum.at(new, u, low)
-            np.minimum.at(new, v, low)
-            new = new[new]
-            if np.array_equal(new, label):
-                break
-            label = new
+        label = connected_labels(topo.node_count, src[up], dst[up])
         pod = np.where(asw >= 0, label[np.maximum(asw, 0)], -1)
         return asw, pod
 

@@ -42,6 +42,19 @@ def nic_type_name(text: str) -> str:
     return name
 
 
+def _check_cluster(options: Any) -> None:
+    """Validate the cluster fields both option sets share and normalise the GPU and NIC types."""
+    for name, flag in (("gpus", "-g/--gpus"), ("gpus_per_server", "-g_p_s/--gpus_per_server"),
+                       ("nics_per_server", "-n_p_s/--nics_per_server")):
+        value = getattr(options, name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ConfigError(f"{flag} must be a positive integer, got {value!r}")
+    if options.gpu_type is not None:
+        object.__setattr__(options, "gpu_type", gpu_type_name(options.gpu_type))
+    if options.nic_type is not None:
+        object.__setattr__(options, "nic_type", nic_type_name(options.nic_type))
+
+
 @dataclass(frozen=True)
 class SimAIOptions:
     """SimAI-analytical's flags (SIMAI_ANALYTICAL.md, "Inputs").
@@ -68,11 +81,7 @@ class SimAIOptions:
     pp_busbw: float | None = None
 
     def __post_init__(self) -> None:
-        for name, flag in (("gpus", "-g/--gpus"), ("gpus_per_server", "-g_p_s/--gpus_per_server"),
-                           ("nics_per_server", "-n_p_s/--nics_per_server")):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ConfigError(f"{flag} must be a positive integer, got {value!r}")
+        _check_cluster(self)
         for name, flag in (("dp_overlap", "-dp_o"), ("tp_overlap", "-tp_o"), ("ep_overlap", "-ep_o"),
                            ("pp_overlap", "-pp_o")):
             value = getattr(self, name)
@@ -80,10 +89,6 @@ class SimAIOptions:
                 raise ConfigError(f"{flag} must be an overlap ratio between 0 and 1, got {value}")
         if self.pp_busbw is not None and not self.pp_busbw > 0:
             raise ConfigError(f"--pp_busbw must be a positive bandwidth in GiB/s, got {self.pp_busbw}")
-        if self.gpu_type is not None:
-            object.__setattr__(self, "gpu_type", gpu_type_name(self.gpu_type))
-        if self.nic_type is not None:
-            object.__setattr__(self, "nic_type", nic_type_name(self.nic_type))
 
     @property
     def nvlink_gibps(self) -> float:
@@ -141,11 +146,7 @@ class TopoOptions:
     compute_time_ns: Callable[[Any], float | None] | None = None
 
     def __post_init__(self) -> None:
-        for name, flag in (("gpus", "-g/--gpus"), ("gpus_per_server", "-g_p_s/--gpus_per_server"),
-                           ("nics_per_server", "-n_p_s/--nics_per_server")):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ConfigError(f"{flag} must be a positive integer, got {value!r}")
+        _check_cluster(self)
         for name, flag in (("nvlink_efficiency", "--nvlink_efficiency"), ("nic_efficiency", "--nic_efficiency")):
             value = getattr(self, name)
             if value is not None and not 0.0 < value <= 1.0:
@@ -156,10 +157,6 @@ class TopoOptions:
             raise ConfigError(f"--peak_tflops must be positive, got {self.peak_tflops}")
         if self.compute_time_ns is not None and not callable(self.compute_time_ns):
             raise ConfigError("compute_time_ns must be a callable item -> ns or None")
-        if self.gpu_type is not None:
-            object.__setattr__(self, "gpu_type", gpu_type_name(self.gpu_type))
-        if self.nic_type is not None:
-            object.__setattr__(self, "nic_type", nic_type_name(self.nic_type))
 
     @property
     def nvlink_gibps(self) -> float:

@@ -26,24 +26,10 @@ from collections.abc import Sequence
 
 from topo.shapes import Layout, build, plan
 from topo.templates import TEMPLATES, FabricSpec, resolve
-from utils.cli import CliParser, run_main
+from utils.cli import CliParser, integer, number, run_main
 from utils.errors import ConfigError
 
 PROG = "topo.gen"
-
-
-def _count(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid integer: {text!r}") from None
-
-
-def _ratio(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid number: {text!r}") from None
 
 
 def build_parser() -> CliParser:
@@ -57,27 +43,27 @@ def build_parser() -> CliParser:
     add("--ro", action="store_true", help="rail-optimised (custom shape)")
     add("--dt", action="store_true", help="dual ToR: each NIC reaches two ASWs (custom shape, DCN+)")
     add("--dp", action="store_true", help="dual plane (needs rail-optimised dual ToR; AlibabaHPN)")
-    add("-g", "--gpu", type=_count, help="number of GPUs (default 32; Spectrum-X 4096, AlibabaHPN 15360, DCN+ 512)")
+    add("-g", "--gpu", type=integer, help="number of GPUs (default 32; Spectrum-X 4096, AlibabaHPN 15360, DCN+ 512)")
     add("-er", "--error_rate", help="per-link error rate, written as given (default 0)")
-    add("-gps", "--gpu_per_server", "--gps", type=_count, help="GPUs per server / NVLink domain (default 8; NVL 72)")
+    add("-gps", "--gpu_per_server", "--gps", type=integer, help="GPUs per server / NVLink domain (default 8; NVL 72)")
     add("-gt", "--gpu_type", help="GPU type in the header and file name (default H100; NVL GB200)")
-    add("-nsps", "--nv_switch_per_server", type=_count, help="NVSwitch nodes per server (default 1)")
+    add("-nsps", "--nv_switch_per_server", type=integer, help="NVSwitch nodes per server (default 1)")
     add("-nvbw", "--nvlink_bw", help="GPU-NVSwitch bandwidth (default 2880Gbps; NVL 7200Gbps)")
     add("-nl", "--nv_latency", help="GPU-NVSwitch latency (default 0.000025ms)")
     add("-l", "--latency", help="NIC-ASW latency (default 0.0005ms; also ASW-PSW unless -apl)")
     add("-bw", "--bandwidth", help="NIC-ASW bandwidth (default 400Gbps; AlibabaHPN 200Gbps; NVL 800Gbps)")
-    add("-asn", "--asw_switch_num", type=_count, help="ASW count (recomputed from the GPU count, as SimAI does)")
-    add("-npa", "--nics_per_aswitch", type=_count, help="NICs per ASW (default 64; AlibabaHPN 128)")
-    add("-psn", "--psw_switch_num", type=_count, help="PSWs per pod (default 64; AlibabaHPN 120; DCN+ 8)")
+    add("-asn", "--asw_switch_num", type=integer, help="ASW count (recomputed from the GPU count, as SimAI does)")
+    add("-npa", "--nics_per_aswitch", type=integer, help="NICs per ASW (default 64; AlibabaHPN 128)")
+    add("-psn", "--psw_switch_num", type=integer, help="PSWs per pod (default 64; AlibabaHPN 120; DCN+ 8)")
     add("-apbw", "--ap_bandwidth", help="ASW-PSW bandwidth (default 400Gbps; NVL 800Gbps)")
-    add("-app", "--asw_per_psw", type=_count, help="capacity: ASWs per PSW (default 64; AlibabaHPN 240, 120 with --dp; DCN+ 8)")
+    add("-app", "--asw_per_psw", type=integer, help="capacity: ASWs per PSW (default 64; AlibabaHPN 240, 120 with --dp; DCN+ 8)")
     ours = p.add_argument_group("beyond SimAI")
     ours.add_argument("-o", "--output", metavar="PATH", help="file to write, or an existing directory (or one ending "
                       "in '/') to write SimAI's file name into (default: SimAI's file name here)")
     ours.add_argument("-apl", "--ap_latency", help="ASW-PSW latency (default: -l, as SimAI uses)")
-    ours.add_argument("--pods", type=_count, help="pods joined by a core tier above the PSWs (default 1: SimAI's fabric)")
-    ours.add_argument("-csn", "--core_switch_num", type=_count, help="core switches (default: from --oversub)")
-    ours.add_argument("--oversub", "--oversubscription", dest="oversubscription", type=_ratio,
+    ours.add_argument("--pods", type=integer, help="pods joined by a core tier above the PSWs (default 1: SimAI's fabric)")
+    ours.add_argument("-csn", "--core_switch_num", type=integer, help="core switches (default: from --oversub)")
+    ours.add_argument("--oversub", "--oversubscription", dest="oversubscription", type=number,
                       help="PSW downlink:uplink bandwidth ratio that sizes the core tier (default 1: non-blocking)")
     ours.add_argument("-pcbw", "--pc_bandwidth", help="PSW-core bandwidth (default: -apbw)")
     ours.add_argument("-pcl", "--pc_latency", help="PSW-core latency (default: -apl)")

@@ -403,6 +403,24 @@ class Topology:
             handle.write(self.to_text())
 
 
+def connected_labels(node_count: int, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Component label (the smallest node id) of every node over the undirected links ``u``-``v``.
+
+    Min-label propagation with pointer jumping; converges in O(diameter) rounds.
+    """
+    label = np.arange(node_count, dtype=np.int64)
+    while len(u):
+        low = np.minimum(label[u], label[v])
+        new = label.copy()
+        np.minimum.at(new, u, low)
+        np.minimum.at(new, v, low)
+        new = new[new]
+        if np.array_equal(new, label):
+            break
+        label = new
+    return label
+
+
 def _components(topo: Topology, max_level: int | None) -> int:
     """Connected components of the packet switches (levels >= 1, <= ``max_level``) over their links."""
     level, s, d = topo.level, topo.src, topo.dst
@@ -411,18 +429,7 @@ def _components(topo: Topology, max_level: int | None) -> int:
     if not len(nodes):
         return 0
     keep = ok[s] & ok[d]
-    u, v = s[keep], d[keep]
-    label = np.arange(topo.node_count)
-    # min-label propagation with pointer jumping; converges in O(diameter) rounds
-    while True:
-        low = np.minimum(label[u], label[v])
-        new = label.copy()
-        np.minimum.at(new, u, low)
-        np.minimum.at(new, v, low)
-        new = new[new]
-        if np.array_equal(new, label):
-            return len(np.unique(label[nodes]))
-        label = new
+    return len(np.unique(connected_labels(topo.node_count, s[keep], d[keep])[nodes]))
 
 
 # ---- reading ------------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ class WorkloadGenerator:
         for _ in range(self.job.training.epoch_num):
             self.iteration(items)
             items.append(WorkItem(CommType.epoch_end))
-        return Workload(items=items, config=self.job, rank=self.rank)
+        return Workload(items=items, config=self.job, rank=self.rank, generator=self.name)
 
     # ---- parts a subclass fills in --------------------------------------------------------------
 

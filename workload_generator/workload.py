@@ -161,13 +161,15 @@ class Workload:
 
     ``config`` is the producing configuration (a ``JobConfig`` for generated workloads, ``None``
     for loaded files); ``rank`` the global rank whose view this is; ``compute_source`` where the
-    computation times came from (``aiob``, ``file``, ``roofline``, ``placeholder`` or ``None``).
+    computation times came from (``aiob``, ``file``, ``roofline``, ``placeholder`` or ``None``);
+    ``generator`` the producing generator's name (``megatron``, ``deepspeed_stage3``, ...).
     """
 
     items: list[WorkItem] = field(default_factory=list)
     config: Any = None
     rank: int = 0
     compute_source: str | None = None
+    generator: str | None = None
 
     def __iter__(self) -> Iterator[WorkItem]:
         return iter(self.items)
