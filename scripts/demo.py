@@ -1,5 +1,5 @@
 """The CPU demo of the README's quick start: generate a Megatron workload, its SimAI file and a
-topology, and simulate the iteration.
+topology, simulate the iteration with both models, and replay it over gloo on 4 processes.
 
 Everything runs on this machine's CPU in a few seconds; outputs go to results/demo/.
 """
@@ -14,6 +14,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "results" / "demo"
 sys.path.insert(0, str(ROOT))
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def step(title: str, *cmd: str) -> None:
@@ -55,6 +63,15 @@ def main() -> None:
     step("4. Simulate one iteration with SimAI's analytical model",
          "-m", "simulator", "-w", str(simai_txt), "-g", "8", "-g_p_s", "8", "-n_p_s", "8", "-g_type", "H100",
          "-r", str(OUT) + "/")
+    step("5. Simulate it again with our topology-aware model on that Spectrum-X file (trace and plot too)",
+         "-m", "simulator", "-w", str(simai_txt), "-t", str(OUT / "Spectrum-X_16g_8gps_400Gbps_H100"),
+         "--trace", str(OUT / "iteration_trace.json"), "--plot", str(OUT / "iteration_breakdown.png"),
+         "-r", str(OUT) + "/topo-")
+    step("6. Replay the iteration on 4 CPU processes over gloo (tp 2, pp 2, sequence parallel)",
+         "-m", "torch.distributed.run", "--nproc_per_node", "4", "--master_port", str(_free_port()), "aicb.py",
+         "--frame", "Megatron", "--model_name", "gpt_tiny", "--num_layers", "2", "--seq_length", "64",
+         "--tensor_model_parallel_size", "2", "--pipeline_model_parallel", "2", "--enable_sequence_parallel",
+         "--global_batch", "4", "--epoch_num", "2", "--output_dir", str(OUT))
     print(f"\nDemo outputs are in {OUT.relative_to(ROOT)}/")
 
 

@@ -39,12 +39,12 @@ def plot_png(result: SimulationResult, title: str | None = None) -> bytes:
         ax.invert_yaxis()
         ax.set_xlabel("time (ms)")
         total_ms = result.iteration_us / 1000.0
-        ax.set_title(title or f"{result.model} model: iteration {total_ms:,.3f} ms")
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18 if len(rows) < 4 else -0.08), ncol=min(len(used), 8),
-                  frameon=False, fontsize=8)
+        ax.set_title(title or f"{result.model} model: iteration {total_ms:,.3f} ms", pad=24)
+        # the legend sits between the title and the bars, clear of the axis label
+        ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=min(len(used), 8), frameon=False, fontsize=8)
         fig.tight_layout()
         buffer = io.BytesIO()
-        fig.savefig(buffer, format="png", dpi=120)
+        fig.savefig(buffer, format="png", dpi=120, bbox_inches="tight")
         return buffer.getvalue()
     finally:
         plt.close(fig)
