@@ -284,9 +284,12 @@ class Log:
 
 
 def _iteration_table(items: pd.DataFrame, epochs: pd.DataFrame) -> pd.DataFrame:
+    from log_analyzer.summary import batch_weights
+
+    # a p2p batch's time is logged on each of its rows: count it once
     is_comp = items["comm_type"] == CommType.computation.value
-    grouped = items.assign(comm_ms=items["elapsed_ms"].where(~is_comp, 0.0),
-                           compute_ms=items["elapsed_ms"].where(is_comp, 0.0))
+    own = items["elapsed_ms"] * batch_weights(items)
+    grouped = items.assign(comm_ms=own.where(~is_comp, 0.0), compute_ms=own.where(is_comp, 0.0))
     sums = grouped.groupby("iteration", observed=True).agg(
         comm_ms=("comm_ms", "sum"), compute_ms=("compute_ms", "sum"), ops=("row", "count")).reset_index()
     table = epochs[["iteration", "time_ms"]].merge(sums, on="iteration", how="outer").sort_values("iteration")

@@ -192,3 +192,114 @@ def report_text(log_path: str, sweep: bool = False) -> str:
                  + format_comm_summary(comm_summary(log.measured))]
     parts.append(f"log: {log_path}\ndetail: {detail_path(log_path)}")
     return "\n" + "\n\n".join(parts)
+
+
+# ---- shares and workloads (the report's tables) ---------------------------------------------------
+
+SHARE_COLUMNS = ["count", "bytes", "time_ms", "share_pct"]
+
+
+def batch_weights(items: pd.DataFrame) -> np.ndarray:
+    """Per row, the share of its ``elapsed_ms`` that is its own: ``1/k`` for the k rows of one p2p
+    batch (the replay runs a batch's isend/irecv together and logs the batch's time on each; the detail
+    CSV's ``batch`` says which rows), 1 otherwise.  ``sum(elapsed_ms * weight)`` counts a batch once."""
+    weights = np.ones(len(items))
+    if "batch" not in items.columns or not items["batch"].notna().any():
+        return weights
+    batch = items["batch"]
+    sizes = batch.map(batch.value_counts()).to_numpy(dtype=float)
+    known = batch.notna().to_numpy()
+    weights[known] = 1.0 / sizes[known]
+    return weights
+
+
+def logged_time(items: pd.DataFrame) -> pd.DataFrame:
+    """Per iteration, the logged communication and computation time in ms with each p2p batch counted
+    once (:func:`batch_weights`): ``iteration``, ``comm_ms``, ``compute_ms``."""
+    is_comp = (items["comm_type"].astype(str) == "computation").to_numpy()
+    own = items["elapsed_ms"].fillna(0.0).to_numpy(dtype=float) * batch_weights(items)
+    frame = pd.DataFrame({"iteration": items["iteration"].to_numpy(), "comm_ms": np.where(is_comp, 0.0, own),
+                          "compute_ms": np.where(is_comp, own, 0.0)})
+    return frame.groupby("iteration", sort=True).sum().reset_index()
+
+
+def _share_key(items: pd.DataFrame, by: str) -> pd.Series:
+    """``by`` of every row, with computation rows named ``computation`` and missing groups ``none``."""
+    is_comp = items["comm_type"].astype(str) == "computation"
+    key = items[by].astype("string").fillna("none")
+    return key.mask(is_comp, "computation")
+
+
+def time_share(items: pd.DataFrame, by: str = "comm_type") -> pd.DataFrame:
+    """Logged time per ``comm_type`` or ``comm_group`` (computation rows as ``computation``): ``count``,
+    ``bytes`` (message bytes; NaN for computation), ``time_ms`` (sum of the rows' times, a p2p batch's
+    time shared evenly by its rows: :func:`batch_weights`) and ``share_pct`` of the logged total;
+    most time first."""
+    if by not in ("comm_type", "comm_group"):
+        raise ValueError(f"by must be comm_type or comm_group, got {by!r}")
+    key = _share_key(items, by)
+    sizes = items["msg_size"].fillna(0).astype("int64").where(key != "computation", 0)
+    frame = pd.DataFrame({by: key, "bytes": sizes, "time_ms": items["elapsed_ms"].astype(float) * batch_weights(items)})
+    table = frame.groupby(by, sort=False).agg(count=("time_ms", "size"), bytes=("bytes", "sum"),
+                                              time_ms=("time_ms", "sum")).reset_index()
+    total = float(table["time_ms"].sum())
+    table["share_pct"] = table["time_ms"] / total * 100 if total > 0 else float("nan")
+    table[by] = table[by].astype(str)
+    table["bytes"] = table["bytes"].astype("float64").mask(table[by] == "computation")  # computation moves no message
+    return table.sort_values("time_ms", ascending=False, kind="stable").reset_index(drop=True)[[by, *SHARE_COLUMNS]]
+
+
+WORKLOAD_COLUMNS = ["comm_type", "comm_group", "comm_group_size", "msg_size", "count_init", "count_per_iteration",
+                    "bytes_per_iteration"]
+
+
+def workload_frame(items) -> pd.DataFrame:
+    """A workload's items (or a list of WorkItems) as a table like :attr:`Log.items`, with ``iteration``
+    (0 is init when the workload has ``epoch_end`` markers; a workload without them is one iteration,
+    numbered 1) and ``time_ns`` (computation times where known) instead of the log's ``elapsed_ms``."""
+    from log_analyzer.log import _items_frame
+
+    items = list(items)
+    frame, epochs = _items_frame(items)
+    frame = frame.rename(columns={"elapsed_ms": "time_ns"}).drop(columns=["algbw_gbps", "busbw_gbps"])
+    if not len(epochs):
+        frame["iteration"] = frame["iteration"] + 1  # no markers: the whole file is one iteration, no init
+    return frame
+
+
+def workload_iterations(frame: pd.DataFrame) -> int:
+    """Iterations after init in a :func:`workload_frame` (at least 1)."""
+    return max(1, int(frame["iteration"].max()) if len(frame) else 1)
+
+
+def workload_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """What a workload would send, per (comm_type, comm_group, comm_group_size, msg_size): operations in
+    init (``count_init``) and per training iteration (``count_per_iteration``, the mean over its
+    iterations), and bytes per iteration (message bytes, as the CSV counts them).  Computation and
+    epoch markers are left out."""
+    comm = frame[frame["comm_type"].astype(str) != "computation"]
+    iterations = workload_iterations(frame)
+    rows = []
+    for (ctype, group, gsize, size), part in comm.groupby(["comm_type", "comm_group", "comm_group_size", "msg_size"],
+                                                          observed=True, dropna=False, sort=True):
+        init = int((part["iteration"] == 0).sum())
+        per_iteration = (len(part) - init) / iterations
+        rows.append({"comm_type": str(ctype), "comm_group": None if pd.isna(group) else str(group),
+                     "comm_group_size": pd.NA if pd.isna(gsize) else int(gsize), "msg_size": int(size),
+                     "count_init": init, "count_per_iteration": per_iteration,
+                     "bytes_per_iteration": per_iteration * int(size)})
+    table = pd.DataFrame(rows, columns=WORKLOAD_COLUMNS)
+    table["comm_group_size"] = table["comm_group_size"].astype("Int64")
+    return table
+
+
+def workload_share(table: pd.DataFrame, by: str = "comm_type") -> pd.DataFrame:
+    """A :func:`workload_table` summed per ``comm_type`` or ``comm_group``: ``count_per_iteration``,
+    ``bytes_per_iteration`` and ``bytes_share_pct``; most bytes first."""
+    key = table[by].astype("string").fillna("none")
+    out = table.assign(**{by: key}).groupby(by, sort=False).agg(
+        count_per_iteration=("count_per_iteration", "sum"), bytes_per_iteration=("bytes_per_iteration", "sum")).reset_index()
+    total = float(out["bytes_per_iteration"].sum())
+    out["bytes_share_pct"] = out["bytes_per_iteration"] / total * 100 if total > 0 else float("nan")
+    out[by] = out[by].astype(str)
+    return out.sort_values("bytes_per_iteration", ascending=False, kind="stable").reset_index(drop=True)
