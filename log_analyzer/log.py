@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from utils.errors import FormatError
-from utils.io import atomic_write
+from utils.io import atomic_write, read_text
 from workload_generator.workload import CSV_COLUMNS, CommType, WorkItem, format_shapes, read_csv
 
 if TYPE_CHECKING:
@@ -248,13 +248,7 @@ class Log:
         """Read a ``*_log.csv`` (ours or AICB's) and, when present, the ``*_detail.csv`` beside it
         (or ``detail``).  Raises :class:`~utils.errors.FormatError` naming the file and line."""
         path = os.fspath(path)
-        try:
-            with open(path, newline="", encoding="utf-8") as handle:
-                text = handle.read()
-        except OSError as exc:
-            raise FormatError(path, f"cannot read: {exc.strerror}") from None
-        except UnicodeDecodeError:
-            raise FormatError(path, "not a text file (expected a replay log CSV)") from None
+        text = read_text(path, "a replay log CSV")
         items, epochs = _items_frame(read_csv(io.StringIO(text), path))
         iterations = _iteration_table(items, epochs)
         dpath = os.fspath(detail) if detail is not None else detail_path(path)

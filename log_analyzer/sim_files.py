@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from simulator.plot import TERMS as BREAKDOWN
 from simulator.result import TERMS
 from utils.errors import FormatError
+from utils.io import read_text
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -71,13 +72,7 @@ def result_prefix(path: str | os.PathLike) -> tuple[str, str] | None:
 
 
 def _read_text(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8", newline="") as handle:
-            return handle.read()
-    except OSError as exc:
-        raise FormatError(path, f"cannot read: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise FormatError(path, "not a text file (expected a simulator result CSV)") from None
+    return read_text(path, "a simulator result CSV")
 
 
 def read_end_to_end(path: str) -> tuple[dict[str, float], pd.DataFrame]:

@@ -34,7 +34,7 @@ import numpy as np
 
 from topo.units import bytes_per_s, parse_bandwidth, parse_error_rate, parse_latency
 from utils.errors import FormatError
-from utils.io import atomic_write
+from utils.io import atomic_write, read_text
 
 if TYPE_CHECKING:
     from topo.paths import Path, Router
@@ -436,14 +436,7 @@ def _components(topo: Topology, max_level: int | None) -> int:
 def read_topology(path: str | os.PathLike) -> Topology:
     """Read a SimAI topology file.  Raises :class:`FormatError` (file, line, field) on bad content."""
     name = os.fspath(path)
-    try:
-        with open(name, encoding="utf-8") as handle:
-            text = handle.read()
-    except OSError as exc:
-        raise FormatError(name, f"cannot read the topology file: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise FormatError(name, "not a text file (expected a SimAI topology)") from None
-    return parse_topology(text, name)
+    return parse_topology(read_text(name, "a SimAI topology", what="the topology file"), name)
 
 
 def parse_topology(text: str, source: str = "<text>") -> Topology:

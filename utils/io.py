@@ -1,4 +1,4 @@
-"""File output that never leaves a partial file behind."""
+"""File output that never leaves a partial file behind, and text input with one clear error."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import IO
+
+from utils.errors import FormatError
 
 
 @contextmanager
@@ -35,3 +37,16 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", newline: str | None =
         except FileNotFoundError:
             pass
         raise
+
+
+def read_text(path: str | os.PathLike, expected: str, what: str = "") -> str:
+    """The whole text of a UTF-8 file (line ends as written), or a :class:`FormatError` naming it:
+    ``cannot read[ what]: <reason>`` or ``not a text file (expected <expected>)``."""
+    path = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8", newline="") as handle:
+            return handle.read()
+    except OSError as exc:
+        raise FormatError(path, f"cannot read{' ' + what if what else ''}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise FormatError(path, f"not a text file (expected {expected})") from None

@@ -44,7 +44,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from utils.errors import FormatError
-from utils.io import atomic_write
+from utils.io import atomic_write, read_text
 from utils.simai_tokens import VALID_TOKENS
 
 POLICIES = (
@@ -383,14 +383,7 @@ class SimAIWorkload:
     def read(cls, path: str | os.PathLike, strict: bool = True) -> SimAIWorkload:
         """Read a SimAI workload file.  Raises :class:`FormatError` naming the file, line and field."""
         path = os.fspath(path)
-        try:
-            with open(path, encoding="utf-8", newline="") as handle:
-                text = handle.read()
-        except OSError as exc:
-            raise FormatError(path, f"cannot read: {exc.strerror}") from None
-        except UnicodeDecodeError:
-            raise FormatError(path, "not a text file (expected a SimAI workload .txt)") from None
-        return cls.loads(text, path=path, strict=strict)
+        return cls.loads(read_text(path, "a SimAI workload .txt"), path=path, strict=strict)
 
     @classmethod
     def loads(cls, text: str, path: str = "<SimAI workload>", strict: bool = True) -> SimAIWorkload:

@@ -13,6 +13,7 @@ byte for byte (dump, load, dump); AICB's own files load too, with or without the
 from __future__ import annotations
 
 import csv
+import io
 import os
 import re
 from collections.abc import Iterable, Iterator
@@ -21,7 +22,7 @@ from enum import Enum
 from typing import Any
 
 from utils.errors import FormatError
-from utils.io import atomic_write
+from utils.io import atomic_write, read_text
 
 
 class CommType(str, Enum):
@@ -218,14 +219,7 @@ class Workload:
         """Read an AICB workload CSV (ours or AICB's).  Raises :class:`FormatError` naming the
         file, the line and what was expected."""
         path = os.fspath(path)
-        try:
-            with open(path, newline="", encoding="utf-8") as handle:
-                items = read_csv(handle, path)
-        except OSError as exc:
-            raise FormatError(path, f"cannot read: {exc.strerror}") from None
-        except UnicodeDecodeError:
-            raise FormatError(path, "not a text file (expected an AICB workload CSV)") from None
-        return cls(items=items)
+        return cls(items=read_csv(io.StringIO(read_text(path, "an AICB workload CSV")), path))
 
 
 # ---- CSV cells --------------------------------------------------------------------------------

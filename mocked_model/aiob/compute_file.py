@@ -30,7 +30,7 @@ import re
 from dataclasses import dataclass, field
 
 from utils.errors import FormatError
-from utils.io import atomic_write
+from utils.io import atomic_write, read_text
 
 # Forward section of each operation (by the suffix of the mocked module's name) and its backward
 # section in our files.
@@ -123,14 +123,7 @@ class ComputeFile:
     @classmethod
     def read(cls, path: str | os.PathLike) -> ComputeFile:
         path = os.fspath(path)
-        try:
-            with open(path, encoding="utf-8") as handle:
-                text = handle.read()
-        except OSError as exc:
-            raise FormatError(path, f"cannot read: {exc.strerror}") from None
-        except UnicodeDecodeError:
-            raise FormatError(path, "not a text file (expected an AIOB compute-time file)") from None
-        return cls.loads(text, path)
+        return cls.loads(read_text(path, "an AIOB compute-time file"), path)
 
     @classmethod
     def loads(cls, text: str, path: str = "<compute file>") -> ComputeFile:
