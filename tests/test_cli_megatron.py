@@ -90,3 +90,14 @@ def test_aicb_script_keeps_user_values(tmp_path):
     sizes = {i.comm_group_size for i in Workload.load(out) if i.comm_group is not None and i.comm_group.value == "tp_group"}
     assert sizes == {4}     # AICB's script would have forced tp 8 for -m 175
     assert "--use-distributed-optimizer" in proc.stdout      # as AICB's script always passes it
+
+
+def test_aicb_collective_sweep_workload(tmp_path):
+    out = tmp_path / "c.csv"
+    proc = run_cli("aicb.py", "--frame", "collective_test", "--test_comm", "all_gather", "--begin_size", "1K",
+                   "--end_size", "4K", "--iter_num", "2", "--world_size", "4", "--workload_only", "--output", str(out))
+    assert proc.returncode == 0, proc.stderr
+    rows = [i for i in Workload.load(out) if i.comm_type.value == "all_gather"]
+    # sizes 1 KiB, 2 KiB, 4 KiB (step factor 2), each twice, over the data-parallel group of 4
+    assert [i.msg_size for i in rows] == [1024, 1024, 2048, 2048, 4096, 4096]
+    assert {i.comm_group_size for i in rows} == {4}
