@@ -2,12 +2,11 @@
 
 One horizontal bar per pipeline stage (topo model) or one for the simulated rank (simai model),
 split into compute, exposed TP / EP / DP / DP_EP / PP / other comm and bubble, in milliseconds;
-each bar adds up to the iteration time.  matplotlib is imported only here.
+each bar adds up to the iteration time.  The terms, colors and labels are defined here; matplotlib
+is imported only when a plot is drawn.
 """
 
 from __future__ import annotations
-
-import io
 
 from simulator.result import SimulationResult
 
@@ -19,32 +18,10 @@ LABELS = {"TP": "exposed TP", "EP": "exposed EP", "DP": "exposed DP", "DP_EP": "
 
 
 def plot_png(result: SimulationResult, title: str | None = None) -> bytes:
-    """The PNG bytes of the breakdown plot (rendered in memory, so a failure writes nothing)."""
-    import matplotlib
+    """The PNG bytes of the breakdown plot (rendered in memory, so a failure writes nothing).
 
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
+    The chart itself is :func:`log_analyzer.plots.sim_breakdown`, the one drawing of a breakdown
+    that reports and ``--plot`` share."""
+    from log_analyzer.plots import render, sim_breakdown
 
-    rows = result.breakdown()
-    used = [t for t in TERMS if any(values[t] > 0 for _, values in rows)]
-    height = max(2.5, 0.35 * len(rows) + 1.8)
-    fig, ax = plt.subplots(figsize=(10, height))
-    try:
-        labels = [label for label, _ in rows]
-        left = [0.0] * len(rows)
-        for term in used:
-            widths = [values[term] / 1000.0 for _, values in rows]
-            ax.barh(labels, widths, left=left, color=COLORS[term], label=LABELS[term], edgecolor="white", linewidth=0.3)
-            left = [a + b for a, b in zip(left, widths)]
-        ax.invert_yaxis()
-        ax.set_xlabel("time (ms)")
-        total_ms = result.iteration_us / 1000.0
-        ax.set_title(title or f"{result.model} model: iteration {total_ms:,.3f} ms", pad=24)
-        # the legend sits between the title and the bars, clear of the axis label
-        ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=min(len(used), 8), frameon=False, fontsize=8)
-        fig.tight_layout()
-        buffer = io.BytesIO()
-        fig.savefig(buffer, format="png", dpi=120, bbox_inches="tight")
-        return buffer.getvalue()
-    finally:
-        plt.close(fig)
+    return render(sim_breakdown(result, title), "png", dpi=120)

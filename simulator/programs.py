@@ -105,6 +105,16 @@ class Scripts:
 # ---- SimAI workload files --------------------------------------------------------------------------
 
 
+
+def _step_program(overlapped: bool, deferred: list[Op]) -> Program:
+    """The step: wait for the overlapped gradient buckets (when any), then the reductions that were
+    not overlapped (``finish_grad_sync``)."""
+    step = Program("STEP")
+    if overlapped:
+        step.ops.append(Op(GRAD_WAIT, "finish_grad_sync", "grad_sync", "step"))
+    step.ops.extend(deferred)
+    return step
+
 def find_blocks(names: Sequence[str], ga: int) -> tuple[int, int] | None:
     """``(first, length)`` of the ``ga`` micro-batch blocks unrolled in a SimAI file, or None.
 
@@ -223,10 +233,7 @@ def scripts_from_simai(workload, gpus: int, overlap_grad_reduce: bool) -> Script
                                   scale))
         forwards.append(fwd)
         backwards.append(bwd)
-    step = Program("STEP")
-    if any_grad:
-        step.ops.append(Op(GRAD_WAIT, "finish_grad_sync", "grad_sync", "step"))
-    step.ops.extend(deferred)
+    step = _step_program(any_grad, deferred)
     for i in outside:
         r = records[i]
         for column, compute_ns in (("fwd", r.fwd_compute_ns), ("ig", r.ig_compute_ns), ("wg", r.wg_compute_ns)):
@@ -430,10 +437,7 @@ def scripts_from_workloads(workloads: Sequence, job, hook: ComputeHook | None = 
                 cache[key] = program
             programs.append(program)
             sizes.append(None)
-        step = Program("STEP")
-        if any_grad:
-            step.ops.append(Op(GRAD_WAIT, "finish_grad_sync", "grad_sync", "step"))
-        step.ops.extend(deferred)
+        step = _step_program(any_grad, deferred)
         for item in rest:
             op = _item_op(item, "step", hook, counters, tp_comm_overlap)
             if op is not None:
