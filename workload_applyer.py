@@ -45,7 +45,7 @@ from utils.replay_env import (
 )
 from utils.replay_plan import ALIGN, Plan, Resolved, Step, describe, plan_workload
 from utils.units import algbw, busbw, format_size
-from workload_generator.workload import CommGroup, CommType, Workload
+from utils.workload import CommGroup, CommType, Workload
 
 __all__ = ["ReplayFault", "ReplayOptions", "ReplayResult", "WorkloadApplyer", "options_from", "replay_main",
            "resolve_backend"]

@@ -16,7 +16,7 @@ import pandas as pd
 
 from log_analyzer.summary import comm_summary, iteration_stats
 from utils.units import format_size
-from workload_generator.workload import CommType
+from utils.workload import CommType
 
 KEY = ["comm_type", "comm_group", "msg_size"]
 COMPARE_COLUMNS = [

@@ -104,7 +104,7 @@ def _header_kind(path: str, header: list[str], line: int) -> str:
 @dataclass
 class Input:
     """A file loaded by its kind: ``data`` is a :class:`~log_analyzer.log.Log` (``log``), a
-    :class:`~workload_generator.workload.Workload` (``workload``) or a
+    :class:`~utils.workload.Workload` (``workload``) or a
     :class:`~log_analyzer.sim_files.SimResult` (every simulator kind, ``kind == "sim"``)."""
 
     path: str
@@ -128,7 +128,7 @@ def load_input(path: str | os.PathLike, want: tuple[str, ...] = ("log", "workloa
 
         return Input(path, kind, Log.load(path))
     if kind == "workload":
-        from workload_generator.workload import Workload
+        from utils.workload import Workload
 
         return Input(path, kind, Workload.load(path))
     from log_analyzer.sim_files import SimResult

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from utils.errors import FormatError
 from utils.io import atomic_write, read_text
-from workload_generator.workload import CSV_COLUMNS, CommType, WorkItem, format_shapes, read_csv
+from utils.workload import CSV_COLUMNS, CommType, WorkItem, format_shapes, read_csv
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -2,7 +2,7 @@
 
 Every function returns a :class:`matplotlib.figure.Figure` built without pyplot (no display, no global
 figure list to leak into; a notebook shows it when it is a cell's value) and takes a path or the
-loaded object (:class:`~log_analyzer.log.Log`, :class:`~workload_generator.workload.Workload`,
+loaded object (:class:`~log_analyzer.log.Log`, :class:`~utils.workload.Workload`,
 :class:`~log_analyzer.sim_files.SimResult` or ``simulator``'s ``SimulationResult``).
 :func:`render` gives PNG or SVG bytes (Agg draws the PNG) and :func:`save` writes a file atomically.
 
@@ -433,7 +433,7 @@ def workload_sizes(workload: Any, title: str | None = None) -> Figure:
     from log_analyzer.summary import workload_frame, workload_table
 
     if isinstance(workload, (str, os.PathLike)):
-        from workload_generator.workload import Workload
+        from utils.workload import Workload
 
         workload = Workload.load(workload)
     table = workload_table(workload_frame(workload))

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from math import prod
 
-from workload_generator.workload import CommGroup, CommType, WorkItem
+from utils.workload import CommGroup, CommType, WorkItem
 
 
 @dataclass(slots=True)

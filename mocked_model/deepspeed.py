@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from mocked_model.base import MockedModule, MockedParam, compute
 from utils.config import JobConfig, ModelConfig
-from workload_generator.workload import WorkItem
+from utils.workload import WorkItem
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from mocked_model.base import MockedModule, MockedParam, comm, compute
 from utils.config import JobConfig
-from workload_generator.workload import CommGroup, CommType, WorkItem
+from utils.workload import CommGroup, CommType, WorkItem
 
 AG, RS, AR, BC = CommType.all_gather, CommType.reduce_scatter, CommType.all_reduce, CommType.broadcast
 TP = CommGroup.tp_group

@@ -23,7 +23,7 @@ from mocked_model.megatron import (
     norm,
 )
 from utils.config import JobConfig
-from workload_generator.workload import CommGroup, CommType, WorkItem
+from utils.workload import CommGroup, CommType, WorkItem
 
 
 class DuplicatedLinear(MockedModule):

@@ -26,7 +26,7 @@ from mocked_model.base import MockedModule, MockedParam, comm, compute
 from mocked_model.megatron import ColumnParallelLinear, Elementwise, MegatronContext, RowParallelLinear, _meta
 from mocked_model.routing import Routing, route
 from utils.config import JobConfig
-from workload_generator.workload import CommGroup, CommType, WorkItem
+from utils.workload import CommGroup, CommType, WorkItem
 
 AG, RS, AR, A2A = CommType.all_gather, CommType.reduce_scatter, CommType.all_reduce, CommType.all_to_all
 COUNT_BYTES = 8  # per-expert token counts are int64

@@ -38,7 +38,7 @@ def main() -> None:
          "--use-distributed-optimizer", "--global_batch", "8", "--seq_length", "256", "--output", str(workload_csv))
 
     from utils.units import format_size
-    from workload_generator.workload import Workload
+    from utils.workload import Workload
 
     workload = Workload.load(workload_csv)
     counts: Counter = Counter()

@@ -17,9 +17,9 @@ from mocked_model.aiob.measure import measure_job  # noqa: E402
 from mocked_model.aiob.roofline import gemm_tflops  # noqa: E402
 from tests.conftest import ROOT, run_cli  # noqa: E402
 from utils.cli import parse_job  # noqa: E402
+from utils.workload import Workload  # noqa: E402
 from workload_generator.compute_times import fill_compute_times  # noqa: E402
 from workload_generator.megatron import MegatronWorkload  # noqa: E402
-from workload_generator.workload import Workload  # noqa: E402
 
 gpu = pytest.mark.gpu
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -163,7 +163,7 @@ def test_aicb_roofline_times_deepspeed_items_and_refuses_aiob_there(tmp_path):
             "--seq_length", "512", "--workload_only"]
     proc = run_cli(*args, "--compute_source", "roofline", "--gpu_type", "H800", "--output", str(out), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    from workload_generator.workload import Workload
+    from utils.workload import Workload
 
     items = [i for i in Workload.load(out) if i.is_computation]
     assert items and all(i.time_ns and i.time_ns > 0 for i in items)

@@ -3,7 +3,7 @@
 import pytest
 
 from tests.conftest import ROOT, run_cli
-from workload_generator.workload import Workload
+from utils.workload import Workload
 
 
 def _one_line_error(proc, *needles):

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from tests.conftest import ROOT, run_cli
-from workload_generator.workload import Workload
+from utils.workload import Workload
 
 STAGE3 = "workload_generator.generate_deepspeed_stage3_workload"
 STAGE12 = "workload_generator.generate_deepspeed_stage1_2_workload"

@@ -15,7 +15,7 @@ from log_analyzer.log import DETAIL_COLUMNS, detail_path
 from log_analyzer.summary import format_comm_summary, format_iteration_stats, format_sweep
 from tests.conftest import ROOT
 from utils.errors import FormatError
-from workload_generator.workload import CSV_COLUMNS, CommGroup, CommType, WorkItem
+from utils.workload import CSV_COLUMNS, CommGroup, CommType, WorkItem
 
 HEADER = ",".join(CSV_COLUMNS)
 AR = WorkItem(CommType.all_reduce, CommGroup.tp_group, 2, 1000, "forward.x")

@@ -23,7 +23,7 @@ from log_analyzer import Log, LogWriter, SimResult, Workload, plots, write_detai
 from log_analyzer.log import detail_path
 from tests.conftest import EXAMPLES
 from utils.units import busbw
-from workload_generator.workload import CommGroup, CommType, WorkItem
+from utils.workload import CommGroup, CommType, WorkItem
 
 MIB = 1 << 20
 AR = WorkItem(CommType.all_reduce, CommGroup.dp_group, 8, MIB, "step.grad")

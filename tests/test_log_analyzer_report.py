@@ -37,7 +37,7 @@ from tests.test_log_analyzer_plots import (
 )
 from utils.cli import run_main
 from utils.errors import UserError
-from workload_generator.workload import CSV_COLUMNS
+from utils.workload import CSV_COLUMNS
 
 # 1 MiB all-reduces over 8 ranks in 1, 2, 3 ms: busbw = 1048576 B / t / 1e9 * 2*7/8 = 1.835008 / t GB/s,
 # mean 1.835008 * (1 + 1/2 + 1/3) / 3 = 1.1213938 GB/s; time mean 2 ms, population std sqrt(2/3) = 0.8165 ms

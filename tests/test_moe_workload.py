@@ -20,8 +20,8 @@ from mocked_model.routing import expert_shares, route
 from tests.conftest import run_cli
 from utils.config import JobConfig, ModelConfig, TrainingConfig
 from utils.parallel import ParallelConfig
+from utils.workload import Workload
 from workload_generator.megatron import MegatronWorkload
-from workload_generator.workload import Workload
 
 MOE = ModelConfig(name="tiny_moe", hidden_size=64, num_layers=2, num_attention_heads=4, ffn_hidden_size=128,
                   vocab_size=256, normalization="RMSNorm", position_embedding_type="rope", num_experts=4,

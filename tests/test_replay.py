@@ -24,8 +24,8 @@ from utils.cli import parse_job
 from utils.dist_groups import group_ranks
 from utils.errors import ConfigError
 from utils.units import busbw_factor
+from utils.workload import CommGroup, CommType, WorkItem, Workload
 from workload_generator.entry import build_workload
-from workload_generator.workload import CommGroup, CommType, WorkItem, Workload
 
 pytestmark = pytest.mark.slow
 
@@ -418,7 +418,7 @@ import torch, torch.distributed as dist
 from utils.dist_groups import ProcessGroups
 from utils.dist_ops import Collectives, P2P
 from utils.rank_generator import RankGenerator
-from workload_generator.workload import CommGroup
+from utils.workload import CommGroup
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 groups = ProcessGroups(RankGenerator(tp=2, dp=2), rank, [CommGroup.dp_group, CommGroup.all_nodes], 30)

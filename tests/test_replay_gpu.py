@@ -10,7 +10,7 @@ import pytest
 from log_analyzer import Log
 from tests.conftest import ROOT
 from tests.test_replay import TINY_NAME, assert_bandwidths, base_env, free_port
-from workload_generator.workload import Workload
+from utils.workload import Workload
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]

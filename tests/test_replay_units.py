@@ -15,10 +15,10 @@ from utils.dist_groups import group_ranks, member_group
 from utils.errors import ConfigError, UserError
 from utils.rank_generator import RankGenerator
 from utils.replay_plan import EMULATABLE, parse_emulate, plan_workload
+from utils.workload import CommGroup, CommType, WorkItem, Workload
 from workload_applyer import options_from, resolve_backend
 from workload_generator.collective_test import collective_test_workload, sweep_sizes
 from workload_generator.entry import build_workload
-from workload_generator.workload import CommGroup, CommType, WorkItem, Workload
 
 G, T = CommGroup, CommType
 

@@ -3,7 +3,7 @@
 import pytest
 
 from utils.simai_tokens import VALID_TOKENS, parse_simai_token, simai_match, simai_token
-from workload_generator.workload import CommGroup, CommType
+from utils.workload import CommGroup, CommType
 
 
 def test_tokens_round_trip():

@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from utils.errors import FormatError
-from workload_generator.workload import CSV_COLUMNS, CommGroup, CommType, WorkItem, Workload, parse_shapes
+from utils.workload import CSV_COLUMNS, CommGroup, CommType, WorkItem, Workload, parse_shapes
 
 HEADER = ",".join(CSV_COLUMNS)
 

@@ -15,7 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 from utils.rank_generator import RankGenerator
-from workload_generator.workload import CommGroup
+from utils.workload import CommGroup
 
 TOKENS = {
     CommGroup.tp_group: "tp", CommGroup.dp_group: "dp", CommGroup.pp_group: "pp", CommGroup.ep_group: "ep",

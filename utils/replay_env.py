@@ -16,7 +16,7 @@ from typing import Any
 from utils.config import JobConfig
 from utils.errors import ConfigError
 from utils.replay_plan import parse_emulate
-from workload_generator.workload import CommType, Workload
+from utils.workload import CommType, Workload
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from utils.dist_groups import member_group
 from utils.errors import UserError
 from utils.rank_generator import RankGenerator
 from utils.units import DTYPE_BYTES, busbw_factor, format_size
-from workload_generator.workload import CommGroup, CommType, WorkItem, Workload
+from utils.workload import CommGroup, CommType, WorkItem, Workload
 
 P2P_TYPES = (CommType.isend, CommType.irecv)
 _SPLIT = (CommType.all_gather, CommType.reduce_scatter, CommType.all_to_all)

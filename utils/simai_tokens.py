@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from workload_generator.workload import CommGroup, CommType
+from utils.workload import CommGroup, CommType
 
 Column = Literal["fwd", "ig", "wg"]
 

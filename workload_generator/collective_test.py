@@ -14,7 +14,7 @@ from typing import Any
 
 from utils.config import JobConfig
 from utils.errors import ConfigError
-from workload_generator.workload import CommGroup, CommType, WorkItem, Workload
+from utils.workload import CommGroup, CommType, WorkItem, Workload
 
 SWEEPABLE = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce")
 """Collectives ``--test_comm`` accepts (AICB's ``*_into_tensor`` / ``*_tensor`` spellings too)."""

@@ -21,7 +21,7 @@ from typing import Any
 from mocked_model.aiob.compute_file import ComputeFile, sections_of
 from utils.config import JobConfig
 from utils.errors import ConfigError
-from workload_generator.workload import WorkItem
+from utils.workload import WorkItem
 
 SOURCES = ("placeholder", "file", "aiob", "roofline")
 _GEMM_BACKWARD = {"dgrad", "wgrad"}

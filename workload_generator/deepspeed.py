@@ -42,9 +42,9 @@ from mocked_model.presets import find_preset
 from utils.config import JobConfig
 from utils.errors import ConfigError
 from utils.parallel import F_CP, F_EP, F_PP, F_TP, F_WORLD
+from utils.workload import CommGroup, CommType, WorkItem
 from workload_generator.generator import WorkloadGenerator
 from workload_generator.schedules import Step
-from workload_generator.workload import CommGroup, CommType, WorkItem
 
 AR, AG, RS, REDUCE, BC, BARRIER = (CommType.all_reduce, CommType.all_gather, CommType.reduce_scatter, CommType.reduce,
                                    CommType.broadcast, CommType.barrier)

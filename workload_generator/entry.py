@@ -9,7 +9,7 @@ from typing import Any
 
 from utils.config import JobConfig
 from utils.errors import ConfigError
-from workload_generator.workload import Workload
+from utils.workload import Workload
 
 
 def generator_for(job: JobConfig, pp_rank: int | None = None):

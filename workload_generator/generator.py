@@ -7,8 +7,8 @@ Subclasses (Megatron, DeepSpeed, ...) say what each part communicates; the drive
 from __future__ import annotations
 
 from utils.config import JobConfig
+from utils.workload import CommGroup, CommType, WorkItem, Workload
 from workload_generator.schedules import Step, pipeline_schedule
-from workload_generator.workload import CommGroup, CommType, WorkItem, Workload
 
 _P2P_PEER = {"send_next": 1, "recv_next": 1, "send_prev": -1, "recv_prev": -1}
 

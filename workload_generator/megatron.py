@@ -16,10 +16,10 @@ from mocked_model.base import MockedModule, comm
 from mocked_model.megatron import MegatronChunk, MegatronContext, chunk_layout
 from utils.config import JobConfig
 from utils.errors import ConfigError
+from utils.workload import CommGroup, CommType, WorkItem, Workload
 from workload_generator.buckets import Bucket, default_bucket_size, grad_buckets
 from workload_generator.generator import WorkloadGenerator, p2p_items
 from workload_generator.schedules import Step, pipeline_schedule
-from workload_generator.workload import CommGroup, CommType, WorkItem, Workload
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from mocked_model.megatron import (
     chunk_layout,
 )
 from utils.config import JobConfig
-from workload_generator.workload import WorkItem
+from utils.workload import WorkItem
 
 OPTIMIZER_SECTION = "param_time"
 """AICB's section for the per-iteration parameter work; ours holds the optimizer step."""

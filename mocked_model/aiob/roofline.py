@@ -244,7 +244,7 @@ def _elements(shape: tuple[int, ...]) -> int:
 
 
 def estimate_ns(item, gpu: GPUSpec | str, dtype: str = "bfloat16") -> float | None:
-    """Estimated time in ns of one computation :class:`~workload_generator.workload.WorkItem` (its
+    """Estimated time in ns of one computation :class:`~utils.workload.WorkItem` (its
     ``meta['op']`` says what it is; ``None`` for items this model does not cover)."""
     gpu = gpu_spec(gpu)
     meta = item.meta or {}
