@@ -30,7 +30,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mocked_model.base import MockedModule, MockedParam, compute
-from utils.config import JobConfig, ModelConfig
+from utils.config import JobConfig
+from utils.model_config import ModelConfig
 from utils.workload import WorkItem
 
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import re
 
-from utils.config import ModelConfig
 from utils.errors import ConfigError
+from utils.model_config import ModelConfig
 
 _GPT = dict(normalization="LayerNorm", position_embedding_type="learned_absolute", add_bias_linear=True,
             vocab_size=50257, max_position_embeddings=2048)

@@ -17,8 +17,9 @@ from mocked_model.aiob.compute_file import FORWARD_SECTIONS, ComputeFile
 from mocked_model.aiob.layout import op_specs, roofline_compute_file
 from mocked_model.aiob.roofline import GPUS, estimator, gemm_ns, gemm_tflops, gpu_spec
 from tests.conftest import ROOT, run_cli
-from utils.config import JobConfig, ModelConfig, TrainingConfig
+from utils.config import JobConfig, TrainingConfig
 from utils.errors import ConfigError
+from utils.model_config import ModelConfig
 from utils.parallel import ParallelConfig
 from workload_generator.compute_times import default_source, fill_compute_times
 from workload_generator.megatron import MegatronWorkload

@@ -20,8 +20,9 @@ ZeRO-1/2 flat buffer: 2296 is a multiple of 2 x dp = 8, so 4 partitions of 574:
 
 import pytest
 
-from utils.config import JobConfig, ModelConfig, TrainingConfig
+from utils.config import JobConfig, TrainingConfig
 from utils.errors import ConfigError
+from utils.model_config import ModelConfig
 from utils.parallel import ParallelConfig
 from workload_generator.deepspeed import (
     DeepSpeedConfig,

@@ -18,7 +18,8 @@ Parameters per rank (elements):
 
 import pytest
 
-from utils.config import JobConfig, ModelConfig, TrainingConfig
+from utils.config import JobConfig, TrainingConfig
+from utils.model_config import ModelConfig
 from utils.parallel import ParallelConfig
 from workload_generator.megatron import MegatronWorkload
 

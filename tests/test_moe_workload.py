@@ -18,7 +18,8 @@ from mocked_model.counting import model_param_count
 from mocked_model.presets import PRESETS, get_preset
 from mocked_model.routing import expert_shares, route
 from tests.conftest import run_cli
-from utils.config import JobConfig, ModelConfig, TrainingConfig
+from utils.config import JobConfig, TrainingConfig
+from utils.model_config import ModelConfig
 from utils.parallel import ParallelConfig
 from utils.workload import Workload
 from workload_generator.megatron import MegatronWorkload

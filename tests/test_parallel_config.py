@@ -3,8 +3,9 @@
 import pytest
 
 from mocked_model.presets import get_preset
-from utils.config import JobConfig, ModelConfig, TrainingConfig
+from utils.config import JobConfig, TrainingConfig
 from utils.errors import ConfigError
+from utils.model_config import ModelConfig
 from utils.parallel import ParallelConfig
 
 

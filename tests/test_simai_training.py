@@ -12,8 +12,9 @@ loss section: 0).  Backward: a GEMM's dgrad and wgrad each its forward time, att
 import pytest
 
 from tests.conftest import run_cli
-from utils.config import JobConfig, ModelConfig, TrainingConfig
+from utils.config import JobConfig, TrainingConfig
 from utils.errors import ConfigError
+from utils.model_config import ModelConfig
 from utils.parallel import ParallelConfig
 from utils.simai_tokens import VALID_TOKENS
 from workload_generator.compute_times import fill_compute_times

@@ -15,7 +15,8 @@ from simulator import engine
 from simulator.api import simulate
 from simulator.options import TopoOptions
 from simulator.programs import COMPUTE, Op, Program, StageScript, find_blocks
-from utils.config import JobConfig, ModelConfig, TrainingConfig
+from utils.config import JobConfig, TrainingConfig
+from utils.model_config import ModelConfig
 from utils.parallel import ParallelConfig
 from workload_generator.megatron import megatron_pipeline
 from workload_generator.schedules import pipeline_schedule

@@ -14,7 +14,7 @@ from utils.errors import ConfigError
 from utils.rank_generator import RankGenerator
 
 if TYPE_CHECKING:
-    from utils.config import ModelConfig
+    from utils.model_config import ModelConfig
 
 # Flag names as AICB spells them; used in every message.
 F_WORLD = "--world_size"
