@@ -48,9 +48,9 @@ def timed(function, runs: int) -> tuple[float, object]:
 
 
 def job():
-    from mocked_model.presets import get_preset
     from utils.config import JobConfig, TrainingConfig
     from utils.parallel import ParallelConfig
+    from utils.presets import get_preset
 
     parallel = ParallelConfig(world_size=16384, tp=8, pp=16, sequence_parallel=True, micro_batch=1, global_batch=2048,
                               first_stage_layers=7, last_stage_layers=7)

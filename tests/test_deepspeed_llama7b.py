@@ -16,9 +16,9 @@ from collections import Counter
 
 import pytest
 
-from mocked_model.presets import get_preset
 from utils.config import JobConfig, TrainingConfig
 from utils.parallel import ParallelConfig
+from utils.presets import get_preset
 from workload_generator.deepspeed import deepspeed_workload
 
 N = 2 * 131_072_000 + 32 * (4 * 4096**2 + 3 * 4096 * 11008 + 2 * 4096) + 4096

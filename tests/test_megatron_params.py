@@ -4,9 +4,9 @@ import pytest
 
 from mocked_model.counting import model_param_count
 from mocked_model.megatron import MegatronChunk, chunk_layout
-from mocked_model.presets import PRESETS, get_preset
 from utils.config import JobConfig, TrainingConfig
 from utils.parallel import ParallelConfig
+from utils.presets import PRESETS, get_preset
 
 
 def _job(model, tp=1, pp=1, **kw):

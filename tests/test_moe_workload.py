@@ -15,12 +15,12 @@ sequence parallel, sequence 32, micro-batch 1, global batch 4 -> 1 micro-batch.
 import pytest
 
 from mocked_model.counting import model_param_count
-from mocked_model.presets import PRESETS, get_preset
 from mocked_model.routing import expert_shares, route
 from tests.conftest import run_cli
 from utils.config import JobConfig, TrainingConfig
 from utils.model_config import ModelConfig
 from utils.parallel import ParallelConfig
+from utils.presets import PRESETS, get_preset
 from utils.workload import Workload
 from workload_generator.megatron import MegatronWorkload
 

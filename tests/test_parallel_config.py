@@ -2,11 +2,11 @@
 
 import pytest
 
-from mocked_model.presets import get_preset
 from utils.config import JobConfig, TrainingConfig
 from utils.errors import ConfigError
 from utils.model_config import ModelConfig
 from utils.parallel import ParallelConfig
+from utils.presets import get_preset
 
 
 def test_derived_sizes():

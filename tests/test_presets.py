@@ -2,8 +2,8 @@
 
 import pytest
 
-from mocked_model.presets import PRESETS, find_preset, get_preset, resolve_model_size
 from utils.errors import ConfigError
+from utils.presets import PRESETS, find_preset, get_preset, resolve_model_size
 
 
 @pytest.mark.parametrize("name, canonical", [

@@ -17,11 +17,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, NoReturn
 
-from mocked_model.presets import get_preset, resolve_model_size
 from utils.config import FRAMES, JobConfig, TrainingConfig
 from utils.errors import ConfigError, UserError
 from utils.model_config import NORMALIZATIONS, POSITION_EMBEDDINGS, ModelConfig
 from utils.parallel import ParallelConfig
+from utils.presets import get_preset, resolve_model_size
 from utils.units import parse_size
 
 

@@ -38,10 +38,10 @@ from typing import Any
 
 from mocked_model.base import comm
 from mocked_model.deepspeed import DeepSpeedContext, DeepSpeedLlama
-from mocked_model.presets import find_preset
 from utils.config import JobConfig
 from utils.errors import ConfigError
 from utils.parallel import F_CP, F_EP, F_PP, F_TP, F_WORLD
+from utils.presets import find_preset
 from utils.workload import CommGroup, CommType, WorkItem
 from workload_generator.generator import WorkloadGenerator
 from workload_generator.schedules import Step
