@@ -29,9 +29,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from simulator.simai_model import classify
 from utils.errors import ConfigError, FormatError
 from workload_generator.schedules import Step, pipeline_schedule
+from workload_generator.simai_tokens import classify
 
 COMPUTE, COMM, ASYNC, GRAD, GRAD_WAIT, SYNC = range(6)
 KIND_NAMES = ("compute", "comm", "async", "grad", "grad_wait", "sync")

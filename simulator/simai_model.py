@@ -34,8 +34,8 @@ from simulator.cfloat import f32
 from simulator.options import SimAIOptions
 from simulator.result import CollectiveCost, LayerResult, SimulationResult, Totals
 from utils.errors import ConfigError, FormatError
-from utils.simai_tokens import simai_match
 from workload_generator.simai import SimAIWorkload
+from workload_generator.simai_tokens import classify
 
 GIB = 1 << 30
 SMALL_MESSAGE_BYTES = 1 << 20
@@ -49,20 +49,6 @@ BUBBLE_EXCLUDED = "embedding_layer"
 """The one layer name left out of the bubble accumulator."""
 
 ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL = "all_reduce", "all_gather", "reduce_scatter", "all_to_all"
-
-
-def classify(token: str, column: str) -> tuple[str | None, str]:
-    """SimAI's reading of a comm token in a record column (``fwd``, ``ig`` or ``wg``).
-
-    Returns ``(comm_type, group)``: the collective from the token's prefix (see
-    :func:`utils.simai_tokens.simai_match`) or ``None``; the group ``TP`` (fwd/ig) or ``DP`` (wg) when
-    nothing follows the prefix, else ``EP``, ``DP_EP`` or ``OTHER`` (SimAI's group NONE: no bandwidth
-    cost).
-    """
-    comm_type, group = simai_match(token)
-    if comm_type is None:
-        return None, ""
-    return comm_type.value, group or ("DP" if column == "wg" else "TP")
 
 
 @dataclass(frozen=True)

@@ -45,8 +45,9 @@ from simulator.result import (
     TopoDetails,
     Totals,
 )
-from simulator.simai_model import classify, report_bandwidths
+from simulator.simai_model import report_bandwidths
 from utils.errors import ConfigError
+from workload_generator.simai_tokens import classify
 
 GPU_PEAK_TFLOPS = {"H100": 989.4, "H800": 989.4, "H200": 989.4, "H20": 148.0, "A100": 312.0, "A800": 312.0,
                    "B200": 2250.0, "GB200": 2500.0}

@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from utils.errors import FormatError
-from utils.simai_tokens import VALID_TOKENS
 from workload_generator.simai import SimAIHeader, SimAILayer, SimAIWorkload
+from workload_generator.simai_tokens import VALID_TOKENS
 
 HEADER = ("HYBRID_TRANSFORMER_FWD_IN_BCKWD model_parallel_NPU_group: 2 ep: 1 pp: 2 vpp: 4 ga: 3 all_gpus: 8 "
           "checkpoints: 0 checkpoint_initiates: 0 pp_comm: 1024")

@@ -2,8 +2,8 @@
 
 import pytest
 
-from utils.simai_tokens import VALID_TOKENS, parse_simai_token, simai_match, simai_token
 from utils.workload import CommGroup, CommType
+from workload_generator.simai_tokens import VALID_TOKENS, parse_simai_token, simai_match, simai_token
 
 
 def test_tokens_round_trip():

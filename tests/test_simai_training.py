@@ -16,10 +16,10 @@ from utils.config import JobConfig, TrainingConfig
 from utils.errors import ConfigError
 from utils.model_config import ModelConfig
 from utils.parallel import ParallelConfig
-from utils.simai_tokens import VALID_TOKENS
 from workload_generator.compute_times import fill_compute_times
 from workload_generator.megatron import MegatronWorkload
 from workload_generator.simai import SimAIWorkload
+from workload_generator.simai_tokens import VALID_TOKENS
 from workload_generator.simai_training import derive_simai
 
 MODEL = ModelConfig(name="tiny", hidden_size=64, num_layers=2, num_attention_heads=4, ffn_hidden_size=256,

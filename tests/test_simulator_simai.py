@@ -18,10 +18,11 @@ import pytest
 
 from simulator.api import simulate
 from simulator.options import SimAIOptions
-from simulator.simai_model import SimAIModel, classify
+from simulator.simai_model import SimAIModel
 from tests.conftest import EXAMPLES
 from utils.errors import ConfigError, FormatError
 from workload_generator.simai import SimAIHeader, SimAILayer, SimAIWorkload
+from workload_generator.simai_tokens import classify
 
 EXAMPLE_OPTIONS = SimAIOptions(gpus=9216, gpus_per_server=8, nics_per_server=8, nvlink_bw=360, nic_busbw=48.5)
 

@@ -13,9 +13,9 @@ Units: compute and update times are integer nanoseconds, sizes are bytes.
 Reading (:meth:`SimAIWorkload.read`, :meth:`SimAIWorkload.loads`):
 
 - ``strict=True`` (the default; what we use to validate files we write): one record per line with
-  exactly 12 fields, only the comm tokens of FORMATS.md section 2 (``utils.simai_tokens.VALID_TOKENS``),
-  exactly N records, integer header values (an integer-valued float such as AICB's
-  ``pp_comm 6291456.0`` is accepted), a known policy keyword.
+  exactly 12 fields, only the comm tokens of FORMATS.md section 2
+  (``workload_generator.simai_tokens.VALID_TOKENS``), exactly N records, integer header values (an
+  integer-valued float such as AICB's ``pp_comm 6291456.0`` is accepted), a known policy keyword.
 - ``strict=False``: whatever SimAI accepts: records across any line breaks, any comm token (SimAI
   matches it by prefix, see ``simulator.simai_model``), header values read with C++ ``stoi``
   semantics (leading integer), trailing tokens after N records ignored.  What SimAI would silently
@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 
 from utils.errors import FormatError
 from utils.io import atomic_write, read_text
-from utils.simai_tokens import VALID_TOKENS
+from workload_generator.simai_tokens import VALID_TOKENS
 
 POLICIES = (
     "DATA", "HYBRID_TRANSFORMER", "HYBRID_TRANSFORMER_FWD_IN_BCKWD", "HYBRID_DLRM", "HYBRID_DLRM_ENHANCED",

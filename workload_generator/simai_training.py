@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 
 from mocked_model.base import MockedModule
 from utils.errors import ConfigError
-from utils.simai_tokens import Column, simai_token
 from utils.workload import CommGroup, CommType, WorkItem
 from workload_generator.megatron import MegatronWorkload
 from workload_generator.simai import SimAIHeader, SimAILayer, SimAIWorkload
+from workload_generator.simai_tokens import Column, simai_token
 
 UPDATE_NS = 100
 """AICB's value for the update column (SimAI's analytical mode ignores it)."""

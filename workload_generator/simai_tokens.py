@@ -88,3 +88,17 @@ def simai_match(token: str) -> tuple[CommType | None, str]:
             rest = token[len(name):]
             return _NAME_TO_TYPE[name], {"": "", "_EP": "EP", "_DP_EP": "DP_EP"}.get(rest, "OTHER")
     return None, ""
+
+
+def classify(token: str, column: str) -> tuple[str | None, str]:
+    """SimAI's reading of a comm token in a record column (``fwd``, ``ig`` or ``wg``).
+
+    Returns ``(comm_type, group)``: the collective from the token's prefix (see
+    :func:`simai_match`) or ``None``; the group ``TP`` (fwd/ig) or ``DP`` (wg) when
+    nothing follows the prefix, else ``EP``, ``DP_EP`` or ``OTHER`` (SimAI's group NONE: no bandwidth
+    cost).
+    """
+    comm_type, group = simai_match(token)
+    if comm_type is None:
+        return None, ""
+    return comm_type.value, group or ("DP" if column == "wg" else "TP")
