@@ -5,12 +5,12 @@
 
 Each rank generates its own pipeline stage's workload (or loads ``--workload``), the process groups
 come from the layout's RankGenerator, and every item runs with the torch.distributed call that
-matches it (``utils/dist_ops.py``; gloo's gaps emulated and marked).  Buffers are allocated once and
-sliced.  Times: CUDA events on a GPU, the monotonic clock on CPU (``utils/timer.py``); bandwidths per
+matches it (``replay/ops.py``; gloo's gaps emulated and marked).  Buffers are allocated once and
+sliced.  Times: CUDA events on a GPU, the monotonic clock on CPU (``replay/timer.py``); bandwidths per
 FORMATS.md section 1 (``utils/units.py``, GB/s = 10^9 B/s, nccl-tests' bus factors).  Rank 0 prints a
 line per operation and writes the log CSV row by row (``log_analyzer/log.py``); at the end every
 rank's times are gathered so the detail CSV and the summaries show each operation's slowest rank.
-A watchdog (``utils/watchdog.py``) bounds every operation by ``--timeout`` and turns a dead peer or
+A watchdog (``replay/watchdog.py``) bounds every operation by ``--timeout`` and turns a dead peer or
 an interrupt into one message per rank, never a silent hang.
 
 Differences from AICB's applyer: broadcast and reduce use the item's root translated to a global
@@ -30,9 +30,7 @@ from datetime import timedelta
 from typing import Any
 
 from log_analyzer.log import LogWriter, detail_path, write_detail
-from utils.config import JobConfig
-from utils.errors import ConfigError, UserError
-from utils.replay_env import (
+from replay.env import (
     ReplayOptions,
     first_line,
     launch_env,
@@ -43,7 +41,9 @@ from utils.replay_env import (
     rank_workload,
     resolve_backend,
 )
-from utils.replay_plan import ALIGN, Plan, Resolved, Step, describe, plan_workload
+from replay.plan import ALIGN, Plan, Resolved, Step, describe, plan_workload
+from utils.config import JobConfig
+from utils.errors import ConfigError, UserError
 from utils.units import algbw, busbw, format_size
 from utils.workload import CommGroup, CommType, Workload
 
@@ -118,9 +118,9 @@ class WorkloadApplyer:
         (nccl or gloo)."""
         import torch
 
-        from utils.dist_groups import ProcessGroups
-        from utils.dist_ops import Collectives
-        from utils.timer import OpTimer
+        from replay.groups import ProcessGroups
+        from replay.ops import Collectives
+        from replay.timer import OpTimer
 
         self.device = device
         self._watch("creating the process groups")
@@ -287,7 +287,7 @@ class WorkloadApplyer:
         return index, elapsed_ms, self._key(r), emulated, None
 
     def _p2p(self, indexes: tuple[int, ...]) -> list[tuple]:
-        from utils.dist_ops import P2P
+        from replay.ops import P2P
 
         ops, keys, offset = [], [], 0
         resolved = [self.plan.of(self.workload.items[i]) for i in indexes]
@@ -311,7 +311,7 @@ class WorkloadApplyer:
         return [(i, elapsed_ms, key, emulated, self._batches) for i, key in zip(indexes, keys)]
 
     def _compute(self, index: int) -> list[tuple]:
-        from utils.timer import precise_sleep
+        from replay.timer import precise_sleep
 
         item = self.workload.items[index]
         mode = self.options.compute_mode
@@ -491,7 +491,7 @@ def replay_main(job: JobConfig, values: dict[str, Any]) -> int:
         print(f"{prefix}could not join the {world}-rank process group within --timeout {options.timeout_s:g} s: "
               f"{first_line(exc)}", file=sys.stderr, flush=True)
         os._exit(1)
-    from utils.watchdog import Watchdog
+    from replay.watchdog import Watchdog
 
     log: LogWriter | None = None
 

@@ -16,7 +16,7 @@ Two files per replay, both under ``results/comm_logs/`` by default:
     ``slowest_rank``, usually the rank that arrived first and waited) and the shortest
     (``min_elapsed_ms``, on ``last_arrival_rank``: the rank the others waited for, the straggler),
     the bus bandwidth the slowest rank saw, whether the operation was ``emulated``
-    (gloo lacks it; see ``utils/dist_ops.py``), its p2p ``batch`` and the global rank of its peer or root.
+    (gloo lacks it; see ``replay/ops.py``), its p2p ``batch`` and the global rank of its peer or root.
 
 :meth:`Log.load` reads the log (ours or AICB's), joins the detail file when it is there, and returns
 typed pandas tables.  This module never imports torch, and imports pandas only to read (the ranks

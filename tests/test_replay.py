@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from log_analyzer import Log
+from replay.groups import group_ranks
 from tests.conftest import ROOT
 from utils.cli import parse_job
-from utils.dist_groups import group_ranks
 from utils.errors import ConfigError
 from utils.units import busbw_factor
 from utils.workload import CommGroup, CommType, WorkItem, Workload
@@ -415,8 +415,8 @@ EMULATION_CHECK = """
 import os, sys
 sys.path.insert(0, os.environ["AICB_ROOT"])
 import torch, torch.distributed as dist
-from utils.dist_groups import ProcessGroups
-from utils.dist_ops import Collectives, P2P
+from replay.groups import ProcessGroups
+from replay.ops import Collectives, P2P
 from utils.rank_generator import RankGenerator
 from utils.workload import CommGroup
 dist.init_process_group("gloo")

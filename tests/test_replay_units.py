@@ -9,12 +9,12 @@ import time
 
 import pytest
 
+from replay.groups import group_ranks, member_group
+from replay.plan import EMULATABLE, parse_emulate, plan_workload
 from tests.conftest import ROOT
 from utils.cli import parse_job
-from utils.dist_groups import group_ranks, member_group
 from utils.errors import ConfigError, UserError
 from utils.rank_generator import RankGenerator
-from utils.replay_plan import EMULATABLE, parse_emulate, plan_workload
 from utils.workload import CommGroup, CommType, WorkItem, Workload
 from workload_applyer import options_from, resolve_backend
 from workload_generator.collective_test import collective_test_workload, sweep_sizes
@@ -176,7 +176,7 @@ def test_generate_collective_test_entry(tmp_path):
 WATCHDOG = """
 import os, signal, sys, time
 sys.path.insert(0, {root!r})
-from utils.watchdog import Watchdog
+from replay.watchdog import Watchdog
 dog = Watchdog(0.3, "p: ", describe=lambda w: f"operation {{w}}", on_fatal=lambda: "; log kept", grace_s=0).start()
 dog.watch(7)
 if sys.argv[1] == "signal":

@@ -13,9 +13,9 @@ import socket
 from dataclasses import dataclass, replace
 from typing import Any
 
+from replay.plan import parse_emulate
 from utils.config import JobConfig
 from utils.errors import ConfigError
-from utils.replay_plan import parse_emulate
 from utils.workload import CommType, Workload
 
 

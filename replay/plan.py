@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from utils.dist_groups import member_group
+from replay.groups import member_group
 from utils.errors import UserError
 from utils.rank_generator import RankGenerator
 from utils.units import DTYPE_BYTES, busbw_factor, format_size
@@ -29,7 +29,7 @@ ALIGN = 64
 
 
 EMULATABLE = ("all_gather", "reduce_scatter", "all_to_all", "reduce", "p2p")
-"""Operations with a gloo emulation (``utils/dist_ops.py``); ``--emulate`` takes these names, or ``all``."""
+"""Operations with a gloo emulation (``replay/ops.py``); ``--emulate`` takes these names, or ``all``."""
 
 
 def parse_emulate(text: str | None) -> frozenset[str]:
