@@ -14,7 +14,7 @@ projection of the hidden state.
 from __future__ import annotations
 
 from mocked_model.base import MockedModule, MockedParam, comm, compute
-from mocked_model.megatron import (
+from mocked_model.megatron_layers import (
     ColumnParallelLinear,
     CoreAttention,
     MegatronContext,

@@ -23,7 +23,7 @@ from __future__ import annotations
 from math import ceil
 
 from mocked_model.base import MockedModule, MockedParam, comm, compute
-from mocked_model.megatron import ColumnParallelLinear, Elementwise, MegatronContext, RowParallelLinear, _meta
+from mocked_model.megatron_layers import ColumnParallelLinear, Elementwise, MegatronContext, RowParallelLinear, _meta
 from mocked_model.routing import Routing, route
 from utils.config import JobConfig
 from utils.workload import CommGroup, CommType, WorkItem

@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mocked_model.base import MockedModule, comm
-from mocked_model.megatron import MegatronChunk, MegatronContext, chunk_layout
+from mocked_model.megatron import MegatronChunk, chunk_layout
+from mocked_model.megatron_layers import MegatronContext
 from utils.config import JobConfig
 from utils.errors import ConfigError
 from utils.workload import CommGroup, CommType, WorkItem, Workload

@@ -17,18 +17,8 @@ from typing import Any
 from mocked_model.aiob.compute_file import ComputeFile, SectionTimes, sections_of
 from mocked_model.aiob.roofline import GPUSpec, estimate_ns, gpu_spec, optimizer_ns
 from mocked_model.base import MockedModule
-from mocked_model.megatron import (
-    ColumnParallelLinear,
-    CoreAttention,
-    Elementwise,
-    MegatronChunk,
-    MegatronContext,
-    RowParallelLinear,
-    TransformerLayer,
-    VocabEmbedding,
-    VocabParallelLoss,
-    chunk_layout,
-)
+from mocked_model.megatron import MegatronChunk, TransformerLayer, VocabEmbedding, VocabParallelLoss, chunk_layout
+from mocked_model.megatron_layers import ColumnParallelLinear, CoreAttention, Elementwise, MegatronContext, RowParallelLinear
 from utils.config import JobConfig
 from utils.workload import WorkItem
 

@@ -1,0 +1,207 @@
+"""Building blocks of the mocked Megatron-LM layers, shared by the GPT/LLaMA model
+(:mod:`mocked_model.megatron`), multi-latent attention (:mod:`mocked_model.mla`) and the MoE MLP
+(:mod:`mocked_model.moe`): the per-rank sizes they need (:class:`MegatronContext`), the tensor-parallel
+linears, norms and activations, and core attention.
+
+Communication follows Megatron-LM core (``megatron/core/tensor_parallel/layers.py`` and
+``mappings.py``):
+
+- Column-parallel linear: forward all-gathers its input over TP under sequence parallelism (SP);
+  backward re-gathers the input for the weight gradient (SP), computes the input gradient, then
+  reduce-scatters it (SP) or all-reduces it (no SP), then computes the weight gradient.
+- Row-parallel linear: forward reduce-scatters (SP) or all-reduces (no SP) its output; backward
+  all-gathers the output gradient under SP.
+
+A TP collective moves the whole activation: ``seq * micro_batch * width * dtype_bytes`` bytes (for
+an all-gather the gathered buffer, for a reduce-scatter the buffer before scattering).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mocked_model.base import MockedModule, MockedParam, comm, compute
+from utils.config import JobConfig
+from utils.workload import CommGroup, CommType, WorkItem
+
+AG, RS, AR, BC = CommType.all_gather, CommType.reduce_scatter, CommType.all_reduce, CommType.broadcast
+TP = CommGroup.tp_group
+
+
+@dataclass(frozen=True)
+class MegatronContext:
+    """Per-rank sizes every mocked Megatron module needs."""
+
+    tp: int
+    sp: bool
+    seq: int
+    micro: int
+    hidden: int
+    dtype_bytes: int
+    compute: bool
+    dp: int = 1
+
+    @property
+    def tokens(self) -> int:
+        """Tokens of one micro-batch on this rank after gathering (``seq * micro_batch``)."""
+        return self.seq * self.micro
+
+    @property
+    def seq_local(self) -> int:
+        """Sequence length held between layers: ``seq / tp`` under SP."""
+        return self.seq // self.tp if self.sp else self.seq
+
+    def act_bytes(self, width: int) -> int:
+        """Bytes of a full ``(seq, micro_batch, width)`` activation."""
+        return self.seq * self.micro * width * self.dtype_bytes
+
+    @classmethod
+    def of(cls, job: JobConfig) -> MegatronContext:
+        p, t = job.parallel, job.training
+        return cls(tp=p.tp, sp=p.sequence_parallel, seq=t.seq_length, micro=p.micro_batch,
+                   hidden=job.model.hidden_size, dtype_bytes=t.dtype_bytes, compute=t.computation_enable, dp=p.dp)
+
+
+def _meta(layer: int | None, sub: str, op: str, name: str) -> dict:
+    return {"layer": layer, "sub": sub, "op": op, "name": name}
+
+
+class ColumnParallelLinear(MockedModule):
+    """Megatron ``ColumnParallelLinear``: weight ``(out / tp, in)``."""
+
+    def __init__(self, ctx: MegatronContext, name: str, in_size: int, out_size: int, bias: bool, layer: int | None,
+                 sub: str, label: str = "MegatronColumnLinear", weight: MockedParam | None | bool = True) -> None:
+        super().__init__(name)
+        self.ctx, self.in_size, self.layer, self.sub, self.label = ctx, in_size, layer, sub, label
+        self.out_part = out_size // ctx.tp
+        if weight is True:
+            self.params.append(MockedParam(f"{name}.weight", (self.out_part, in_size)))
+        elif isinstance(weight, MockedParam):
+            self.params.append(weight)
+        if bias:
+            self.params.append(MockedParam(f"{name}.bias", (self.out_part,)))
+
+    def _gemm(self, phase: str, shapes, kind: str) -> WorkItem:
+        flops = 2.0 * self.ctx.tokens * self.in_size * self.out_part
+        return compute(f"{phase}.{self.label}.{self.name}", shapes, flops, _meta(self.layer, self.sub, kind, self.name))
+
+    def _tp_comm(self, ctype: CommType, phase: str) -> WorkItem:
+        return comm(ctype, TP, self.ctx.tp, self.ctx.act_bytes(self.in_size), f"{phase}.{self.label}",
+                    _meta(self.layer, self.sub, "comm", self.name))
+
+    def build_forward(self, phase: str) -> list[WorkItem]:
+        c, out = self.ctx, []
+        if c.tp > 1 and c.sp:
+            out.append(self._tp_comm(AG, phase))
+        if c.compute:
+            out.append(self._gemm(phase, ((c.seq, c.micro, self.in_size), (self.in_size, self.out_part)), "gemm"))
+        return out
+
+    def build_backward(self) -> list[WorkItem]:
+        c, out = self.ctx, []
+        if c.tp > 1 and c.sp:
+            out.append(self._tp_comm(AG, "backward"))  # re-gather the input for the weight gradient
+        if c.compute:
+            out.append(self._gemm("backward", ((c.seq, c.micro, self.out_part), (self.out_part, self.in_size)), "dgrad"))
+        if c.tp > 1:
+            out.append(self._tp_comm(RS if c.sp else AR, "backward"))
+        if c.compute:
+            out.append(self._gemm("backward", ((self.out_part, c.tokens), (c.tokens, self.in_size)), "wgrad"))
+        return out
+
+
+class RowParallelLinear(MockedModule):
+    """Megatron ``RowParallelLinear``: weight ``(out, in / tp)``; its bias is whole on every rank."""
+
+    def __init__(self, ctx: MegatronContext, name: str, in_size: int, out_size: int, bias: bool, layer: int | None,
+                 sub: str, label: str = "MegatronRowLinear") -> None:
+        super().__init__(name)
+        self.ctx, self.out_size, self.layer, self.sub, self.label = ctx, out_size, layer, sub, label
+        self.in_part = in_size // ctx.tp
+        self.params.append(MockedParam(f"{name}.weight", (out_size, self.in_part)))
+        if bias:
+            self.params.append(MockedParam(f"{name}.bias", (out_size,), tp_sharded=False, sequence_parallel=ctx.sp))
+
+    def _gemm(self, phase: str, shapes, kind: str) -> WorkItem:
+        flops = 2.0 * self.ctx.tokens * self.in_part * self.out_size
+        return compute(f"{phase}.{self.label}.{self.name}", shapes, flops, _meta(self.layer, self.sub, kind, self.name))
+
+    def _tp_comm(self, ctype: CommType, phase: str) -> WorkItem:
+        return comm(ctype, TP, self.ctx.tp, self.ctx.act_bytes(self.out_size), f"{phase}.{self.label}",
+                    _meta(self.layer, self.sub, "comm", self.name))
+
+    def build_forward(self, phase: str) -> list[WorkItem]:
+        c, out = self.ctx, []
+        if c.compute:
+            out.append(self._gemm(phase, ((c.seq, c.micro, self.in_part), (self.in_part, self.out_size)), "gemm"))
+        if c.tp > 1:
+            out.append(self._tp_comm(RS if c.sp else AR, phase))
+        return out
+
+    def build_backward(self) -> list[WorkItem]:
+        c, out = self.ctx, []
+        if c.tp > 1 and c.sp:
+            out.append(self._tp_comm(AG, "backward"))
+        if c.compute:
+            out.append(self._gemm("backward", ((c.seq, c.micro, self.out_size), (self.out_size, self.in_part)), "dgrad"))
+            out.append(self._gemm("backward", ((self.out_size, c.tokens), (c.tokens, self.in_part)), "wgrad"))
+        return out
+
+
+class Elementwise(MockedModule):
+    """A memory-bound operation (norm, activation) that only contributes computation items.
+
+    ``params`` (norm weights) are whole on every TP rank and, under SP, reduced over TP.
+    """
+
+    def __init__(self, ctx: MegatronContext, name: str, op: str, shape: tuple[int, ...], layer: int | None, sub: str,
+                 label: str, params: list[MockedParam] | None = None) -> None:
+        super().__init__(name)
+        self.ctx, self.op, self.shape, self.layer, self.sub, self.label = ctx, op, shape, layer, sub, label
+        self.params.extend(params or [])
+
+    def _item(self, phase: str) -> WorkItem:
+        return compute(f"{phase}.{self.label}.{self.name}", (self.shape,), None, _meta(self.layer, self.sub, self.op, self.name))
+
+    def build_forward(self, phase: str) -> list[WorkItem]:
+        return [self._item(phase)] if self.ctx.compute else []
+
+    def build_backward(self) -> list[WorkItem]:
+        return [self._item("backward")] if self.ctx.compute else []
+
+
+def norm(ctx: MegatronContext, name: str, kind: str, width: int, layer: int | None, sub: str) -> Elementwise:
+    """LayerNorm (weight and bias) or RMSNorm (weight) over ``width``, on the local sequence."""
+    params = [MockedParam(f"{name}.weight", (width,), tp_sharded=False, sequence_parallel=ctx.sp)]
+    if kind == "LayerNorm":
+        params.append(MockedParam(f"{name}.bias", (width,), tp_sharded=False, sequence_parallel=ctx.sp))
+    return Elementwise(ctx, name, "norm", (ctx.seq_local, ctx.micro, width), layer, sub, f"Megatron{kind}", params)
+
+
+class CoreAttention(MockedModule):
+    """Softmax(QK^T)V over this rank's heads: ``4 * b * heads * s^2 * head_dim`` FLOPs forward (the
+    full square, as Megatron's FLOP count states it), twice that backward."""
+
+    def __init__(self, ctx: MegatronContext, name: str, heads: int, groups: int, head_dim: int, layer: int | None,
+                 recompute: bool, v_head_dim: int | None = None) -> None:
+        super().__init__(name)
+        self.ctx, self.layer, self.recompute = ctx, layer, recompute
+        self.heads, self.groups, self.head_dim = heads // ctx.tp, max(groups // ctx.tp, 1), head_dim
+        self.v_dim = v_head_dim or head_dim
+        self.flops = 2.0 * ctx.micro * self.heads * ctx.seq * ctx.seq * (head_dim + self.v_dim)
+
+    def _item(self, phase: str, flops: float) -> WorkItem:
+        c = self.ctx
+        shapes = ((c.micro, self.heads, c.seq, self.head_dim), (c.micro, self.groups, c.seq, self.head_dim))
+        return compute(f"{phase}.MegatronCoreAttention.{self.name}", shapes, flops,
+                       _meta(self.layer, "attention", "attention", self.name))
+
+    def build_forward(self, phase: str) -> list[WorkItem]:
+        return [self._item(phase, self.flops)] if self.ctx.compute else []
+
+    def build_backward(self) -> list[WorkItem]:
+        if not self.ctx.compute:
+            return []
+        out = [self._item("recompute", self.flops)] if self.recompute else []
+        out.append(self._item("backward", 2 * self.flops))
+        return out
