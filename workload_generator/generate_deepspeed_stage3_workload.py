@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 
 from utils.cli import run_main
-from workload_generator.deepspeed import entry_main
+from workload_generator.deepspeed_entry import entry_main
 
 PROG = "generate_deepspeed_stage3_workload"
 
