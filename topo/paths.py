@@ -25,10 +25,11 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from topo.topology import GPU, NVSWITCH, PACKET_SWITCH, Topology
+from topo.node_kinds import GPU, NVSWITCH, PACKET_SWITCH
 from topo.units import bytes_per_s
 
 
@@ -68,9 +69,10 @@ _Attachment = tuple[tuple[int, float, float], ...]
 
 
 class Router:
-    """Path queries over one topology (built lazily by :meth:`Topology.path`)."""
+    """Path queries over one :class:`~topo.topology.Topology` (built lazily by its :meth:`path`; it
+    imports this module, so the type is not imported here)."""
 
-    def __init__(self, topo: Topology):
+    def __init__(self, topo: Any):
         self.topo = topo
         kind, s, d = topo.node_kind, topo.src, topo.dst
         self._bw, self._lat = topo.bandwidth_bps, topo.latency_s

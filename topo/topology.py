@@ -28,25 +28,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import chain
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
+from topo.node_kinds import GPU, NVSWITCH, PACKET_SWITCH
+from topo.paths import Path, Router
 from topo.units import bytes_per_s, parse_bandwidth, parse_error_rate, parse_latency
 from utils.errors import FormatError
 from utils.io import atomic_write, read_text
-
-if TYPE_CHECKING:
-    from topo.paths import Path, Router
 
 HEADER_FIELDS = ("total_nodes", "gpus_per_server", "nvswitch_count", "other_switch_count", "link_count", "gpu_type")
 LINK_FIELDS = ("src", "dst", "bandwidth", "latency", "error_rate")
 TIER_NAMES = {1: "ASW", 2: "PSW", 3: "core"}
 """Packet-switch tier by distance (in switch hops) from the GPUs; deeper tiers are ``tier4`` ..."""
-
-GPU, NVSWITCH, PACKET_SWITCH = 0, 1, 2
-"""Node kinds (:attr:`Topology.node_kind`)."""
-
 
 class Link(NamedTuple):
     """One link line as written (bandwidth bits per second, latency as an ns-3 time string)."""
@@ -369,7 +364,6 @@ class Topology:
     # ---- paths ----------------------------------------------------------------------------------
     @cached_property
     def _router(self) -> Router:
-        from topo.paths import Router  # topo.paths imports this module
         return Router(self)
 
     def path(self, a: int, b: int) -> Path:
