@@ -32,23 +32,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from simulator.programs import ASYNC, COMM, COMPUTE, GRAD, GRAD_WAIT, GROUP_CATEGORY, SYNC, Program, StageScript
+from simulator.result import Interval
 
 CATEGORIES = ("TP", "EP", "DP", "DP_EP", "PP", "other")
 """Exposed-comm terms a stage's time is booked to (besides compute and bubble)."""
-
-
-@dataclass(slots=True)
-class Interval:
-    """A stretch of one stream of one stage: start and duration in seconds from the iteration start."""
-
-    stage: int
-    stream: str
-    start_s: float
-    duration_s: float
-    category: str
-    name: str
-    layer: str
-    microbatch: int = -1
 
 
 @dataclass

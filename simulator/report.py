@@ -22,7 +22,7 @@ import os
 from typing import Any
 
 from simulator.cfloat import c_fixed
-from simulator.result import PHASES, TERMS, SimulationResult
+from simulator.result import TERMS, SimulationResult, collective_rows, layer_rows, stage_rows, topo_layer_rows
 from utils.io import atomic_write
 
 RUN_NAME = "Analytical_test"
@@ -62,28 +62,6 @@ def end_to_end_text(result: SimulationResult, file_name: str) -> str:
     return "\n".join(lines)
 
 
-def layer_rows(result: SimulationResult) -> list[list[Any]]:
-    """Our per-layer table: a header row, then one row per record (times in us, sizes in bytes,
-    bandwidths in GiB/s)."""
-    header: list[Any] = ["index", "layer_name", "fwd_compute_us", "ig_compute_us", "wg_compute_us"]
-    for phase in PHASES:
-        header += [f"{phase}_comm_token", f"{phase}_comm_type", f"{phase}_group", f"{phase}_group_size",
-                   f"{phase}_size_bytes", f"{phase}_comm_us", f"{phase}_exposed_us", f"{phase}_algbw_gibps",
-                   f"{phase}_busbw_gibps", f"{phase}_cost_rule"]
-    header += ["fwd_ig_booked_to", "wg_booked_to"]
-    rows: list[list[Any]] = [header]
-    for layer in result.layers:
-        row: list[Any] = [layer.index, layer.name, layer.fwd_compute_ns / 1000, layer.ig_compute_ns / 1000,
-                          layer.wg_compute_ns / 1000]
-        for cost, exposed_ns in ((layer.fwd, layer.fwd_exposed_ns), (layer.ig, layer.ig_exposed_ns),
-                                 (layer.wg, layer.wg_exposed_ns)):
-            row += [cost.token, cost.comm_type or "", cost.group, cost.group_size, cost.size_bytes,
-                    cost.time_ns / 1000, exposed_ns / 1000, cost.algbw_gibps, cost.busbw_gibps, cost.how]
-        row += [layer.booked_fwd_ig, layer.booked_wg]
-        rows.append(row)
-    return rows
-
-
 def _csv_cell(value: Any) -> str:
     # Shortest text that reads back to the same double (times are ns / 1000, bandwidths float32).
     if isinstance(value, float):
@@ -98,37 +76,7 @@ def layers_csv_text(result: SimulationResult) -> str:
     return "".join(",".join(_csv_cell(v) for v in row) + "\n" for row in layer_rows(result))
 
 
-STAGE_HEADER = ("stage", "compute_us", "tp_exposed_us", "ep_exposed_us", "dp_exposed_us", "dp_ep_exposed_us",
-                "pp_exposed_us", "other_exposed_us", "bubble_us", "end_us", "tp_comm_us", "ep_comm_us", "dp_comm_us",
-                "dp_ep_comm_us", "pp_comm_us", "flops")
-COLLECTIVE_HEADER = ("group", "comm_type", "size_bytes", "group_size", "servers", "per_server", "tier", "algorithm",
-                     "protocol", "time_us", "algbw_gbps", "busbw_gbps", "congestion", "count", "total_us", "stages")
-TOPO_LAYER_HEADER = ("stage", "layer", "fwd_compute_us", "bwd_compute_us", "comm_us", "exposed_comm_us")
 TOPO_FILES = ("topo_stages.csv", "topo_layers.csv", "topo_collectives.csv")
-
-
-def _need_details(result: SimulationResult):
-    if result.details is None:
-        raise ValueError("this table needs a --model topo result")
-    return result.details
-
-
-def stage_rows(result: SimulationResult) -> list[list[Any]]:
-    """Topo model: a header row, then one row per pipeline stage (microseconds)."""
-    details = _need_details(result)
-    return [list(STAGE_HEADER)] + [[getattr(st, name) for name in STAGE_HEADER] for st in details.stages]
-
-
-def collective_rows(result: SimulationResult) -> list[list[Any]]:
-    """Topo model: a header row, then one row per distinct collective (most total time first)."""
-    details = _need_details(result)
-    return [list(COLLECTIVE_HEADER)] + [[getattr(c, name) for name in COLLECTIVE_HEADER] for c in details.collectives]
-
-
-def topo_layer_rows(result: SimulationResult) -> list[list[Any]]:
-    """Topo model: a header row, then one row per stage and layer (microseconds per iteration)."""
-    details = _need_details(result)
-    return [list(TOPO_LAYER_HEADER)] + [[getattr(lt, name) for name in TOPO_LAYER_HEADER] for lt in details.layer_times]
 
 
 def _csv_text(rows: list[list[Any]]) -> str:

@@ -1,4 +1,5 @@
-"""What a simulation returns: per-layer costs, the end-to-end terms, and pandas views of them.
+"""What a simulation returns: per-layer costs, the end-to-end terms, the trace intervals, and the
+tables of them (as rows, which ``simulator/report.py`` writes, and as pandas views).
 
 Times are integer nanoseconds per collective (``*_ns``) and microseconds as real numbers for the
 end-to-end terms (``*_us``); sizes are bytes; bandwidths GiB/s (``*_gibps``), as SimAI reports them.
@@ -13,8 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas
-
-    from simulator.engine import Interval
 
 PHASES = ("fwd", "ig", "wg")
 """Record columns: forward, input gradient (backward), weight gradient."""
@@ -173,6 +172,20 @@ class LayerTimes:
     exposed_comm_us: float
 
 
+@dataclass(slots=True)
+class Interval:
+    """A stretch of one stream of one stage: start and duration in seconds from the iteration start."""
+
+    stage: int
+    stream: str
+    start_s: float
+    duration_s: float
+    category: str
+    name: str
+    layer: str
+    microbatch: int = -1
+
+
 @dataclass
 class TopoDetails:
     """What ``--model topo`` adds to a result: the iteration time, every stage, every distinct
@@ -217,7 +230,6 @@ class SimulationResult:
         microseconds, units in the column names."""
         import pandas
 
-        from simulator.report import layer_rows, topo_layer_rows
         header, *rows = topo_layer_rows(self) if self.details is not None else layer_rows(self)
         return pandas.DataFrame(rows, columns=header)
 
@@ -225,7 +237,6 @@ class SimulationResult:
         """Topo model: one row per pipeline stage (:class:`StageResult`, microseconds)."""
         import pandas
 
-        from simulator.report import stage_rows
         header, *rows = stage_rows(self)
         return pandas.DataFrame(rows, columns=header)
 
@@ -233,7 +244,6 @@ class SimulationResult:
         """Topo model: one row per distinct collective with NCCL's algorithm and protocol."""
         import pandas
 
-        from simulator.report import collective_rows
         header, *rows = collective_rows(self)
         return pandas.DataFrame(rows, columns=header)
 
@@ -265,3 +275,59 @@ class SimulationResult:
         return pandas.DataFrame(
             [(label, getattr(self.totals, name), self.totals.share_pct(name)) for name, label in TERMS],
             columns=["term", "time_us", "share_pct"])
+
+
+# ---- tables as rows (a header row first): the pandas views above and the report's CSV files --------
+
+def layer_rows(result: SimulationResult) -> list[list[Any]]:
+    """Our per-layer table: a header row, then one row per record (times in us, sizes in bytes,
+    bandwidths in GiB/s)."""
+    header: list[Any] = ["index", "layer_name", "fwd_compute_us", "ig_compute_us", "wg_compute_us"]
+    for phase in PHASES:
+        header += [f"{phase}_comm_token", f"{phase}_comm_type", f"{phase}_group", f"{phase}_group_size",
+                   f"{phase}_size_bytes", f"{phase}_comm_us", f"{phase}_exposed_us", f"{phase}_algbw_gibps",
+                   f"{phase}_busbw_gibps", f"{phase}_cost_rule"]
+    header += ["fwd_ig_booked_to", "wg_booked_to"]
+    rows: list[list[Any]] = [header]
+    for layer in result.layers:
+        row: list[Any] = [layer.index, layer.name, layer.fwd_compute_ns / 1000, layer.ig_compute_ns / 1000,
+                          layer.wg_compute_ns / 1000]
+        for cost, exposed_ns in ((layer.fwd, layer.fwd_exposed_ns), (layer.ig, layer.ig_exposed_ns),
+                                 (layer.wg, layer.wg_exposed_ns)):
+            row += [cost.token, cost.comm_type or "", cost.group, cost.group_size, cost.size_bytes,
+                    cost.time_ns / 1000, exposed_ns / 1000, cost.algbw_gibps, cost.busbw_gibps, cost.how]
+        row += [layer.booked_fwd_ig, layer.booked_wg]
+        rows.append(row)
+    return rows
+
+
+STAGE_HEADER = ("stage", "compute_us", "tp_exposed_us", "ep_exposed_us", "dp_exposed_us", "dp_ep_exposed_us",
+                "pp_exposed_us", "other_exposed_us", "bubble_us", "end_us", "tp_comm_us", "ep_comm_us", "dp_comm_us",
+                "dp_ep_comm_us", "pp_comm_us", "flops")
+COLLECTIVE_HEADER = ("group", "comm_type", "size_bytes", "group_size", "servers", "per_server", "tier", "algorithm",
+                     "protocol", "time_us", "algbw_gbps", "busbw_gbps", "congestion", "count", "total_us", "stages")
+TOPO_LAYER_HEADER = ("stage", "layer", "fwd_compute_us", "bwd_compute_us", "comm_us", "exposed_comm_us")
+
+
+def _need_details(result: SimulationResult):
+    if result.details is None:
+        raise ValueError("this table needs a --model topo result")
+    return result.details
+
+
+def stage_rows(result: SimulationResult) -> list[list[Any]]:
+    """Topo model: a header row, then one row per pipeline stage (microseconds)."""
+    details = _need_details(result)
+    return [list(STAGE_HEADER)] + [[getattr(st, name) for name in STAGE_HEADER] for st in details.stages]
+
+
+def collective_rows(result: SimulationResult) -> list[list[Any]]:
+    """Topo model: a header row, then one row per distinct collective (most total time first)."""
+    details = _need_details(result)
+    return [list(COLLECTIVE_HEADER)] + [[getattr(c, name) for name in COLLECTIVE_HEADER] for c in details.collectives]
+
+
+def topo_layer_rows(result: SimulationResult) -> list[list[Any]]:
+    """Topo model: a header row, then one row per stage and layer (microseconds per iteration)."""
+    details = _need_details(result)
+    return [list(TOPO_LAYER_HEADER)] + [[getattr(lt, name) for name in TOPO_LAYER_HEADER] for lt in details.layer_times]
