@@ -22,7 +22,6 @@ matplotlib is imported when a plot is drawn, so ``import log_analyzer`` stays li
 
 from __future__ import annotations
 
-import io
 import math
 import os
 from collections.abc import Mapping
@@ -33,6 +32,9 @@ import pandas as pd
 
 from simulator.plot import COLORS as SIMULATOR_COLORS
 from simulator.plot import LABELS as SIMULATOR_LABELS
+from simulator.plot import breakdown_chart
+from utils.figures import WIDTH_IN, render
+from utils.figures import new_figure as _figure
 from utils.units import format_size
 
 if TYPE_CHECKING:
@@ -57,26 +59,6 @@ GROUP_COLORS = {
 SIM_COLORS, SIM_LABELS = SIMULATOR_COLORS, SIMULATOR_LABELS
 """The simulator's breakdown colors and labels (one definition, in ``simulator/plot.py``)."""
 _MARKERS = "osD^vP*Xh<>"
-WIDTH_IN = 10.0
-"""Figure width in inches (1100 px at the report's 110 dpi)."""
-
-
-def _figure(height_in: float, rows: int = 1, **kwargs: Any) -> tuple[Figure, Any]:
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(WIDTH_IN, height_in), layout="constrained")
-    axes = fig.subplots(rows, 1, squeeze=True, **kwargs)
-    return fig, axes
-
-
-def render(fig: Figure, fmt: str = "png", dpi: int = 110) -> bytes:
-    """The figure as PNG or SVG bytes (drawn in memory: a failure writes nothing)."""
-    if fmt not in ("png", "svg"):
-        raise ValueError(f"format must be png or svg, got {fmt!r}")
-    buffer = io.BytesIO()
-    # SVG: text as paths (matplotlib's default), so the file shows the same without our fonts
-    fig.savefig(buffer, format=fmt, dpi=dpi, metadata={"Software": None} if fmt == "png" else {"Date": None})
-    return buffer.getvalue()
 
 
 def save(fig: Figure, path: str | os.PathLike, dpi: int = 110) -> str:
@@ -482,29 +464,9 @@ def workload_sizes(workload: Any, title: str | None = None) -> Figure:
 
 def sim_breakdown(sim: Any, title: str | None = None) -> Figure:
     """Where a simulated iteration goes: one stacked bar per pipeline stage (topo) or one for the
-    simulated rank (simai), compute + exposed TP / EP / DP / DP_EP / PP / other comm + bubble, in ms."""
-    sim = as_sim(sim)
-    rows = sim.breakdown()
-    terms = [t for t in SIM_COLORS if any(values[t] > 0 for _, values in rows)]
-    fig, ax = _figure(max(2.6, 1.9 + 0.4 * len(rows)))
-    labels = [label for label, _ in rows]
-    left = np.zeros(len(rows))
-    for term in terms:
-        widths = np.array([values[term] / 1000.0 for _, values in rows])
-        ax.barh(labels, widths, left=left, color=SIM_COLORS[term], label=SIM_LABELS[term], edgecolor="white",
-                linewidth=0.4)
-        left += widths
-    for y, total in enumerate(left):
-        ax.text(total, y, f"  {total:,.4g} ms", va="center", fontsize=8)
-    ax.set_xlim(0, left.max() * 1.15 if len(left) and left.max() > 0 else 1)
-    ax.invert_yaxis()
-    ax.set_xlabel("time (ms)")
-    ax.grid(True, axis="x", alpha=0.3)
-    iteration = sim.iteration_us / 1000.0
-    head = f"{sim.model} model" if sim.model != "unknown" else "simulation"
-    ax.set_title(title or (f"{head}: iteration {iteration:,.4g} ms" if math.isfinite(iteration) else head))
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
-    return fig
+    simulated rank (simai), compute + exposed TP / EP / DP / DP_EP / PP / other comm + bubble, in ms:
+    :func:`simulator.plot.breakdown_chart`, the one drawing that ``python -m simulator --plot`` makes too."""
+    return breakdown_chart(as_sim(sim), title)
 
 
 def sim_layers(sim: Any, top: int = 20, title: str | None = None) -> Figure:
