@@ -32,7 +32,7 @@ _EXPORTS = {
     "batch_weights": "log_analyzer.summary", "logged_time": "log_analyzer.summary", "time_share": "log_analyzer.summary",
     "workload_frame": "log_analyzer.summary", "workload_share": "log_analyzer.summary",
     "workload_table": "log_analyzer.summary",
-    "SimResult": "log_analyzer.sim_files", "detect_kind": "log_analyzer.inputs", "load_input": "log_analyzer.inputs",
+    "SimResult": "log_analyzer.sim_files", "detect_kind": "log_analyzer.file_kinds", "load_input": "log_analyzer.inputs",
     "build_report": "log_analyzer.report", "write_report": "log_analyzer.report",
     "compare_iterations": "log_analyzer.compare", "compare_logs": "log_analyzer.compare",
     "format_compare": "log_analyzer.compare",

@@ -232,7 +232,7 @@ class SimResult:
             prefix, _ = split
             found = {suffix: prefix + suffix for suffix in SUFFIXES if os.path.isfile(prefix + suffix)}
         if path not in found.values():
-            from log_analyzer.inputs import detect_kind
+            from log_analyzer.file_kinds import detect_kind
 
             kind = detect_kind(path)
             suffix = {"end_to_end": END_TO_END, "simai_layers": SIMAI_LAYERS, "topo_stages": TOPO_STAGES,
