@@ -538,7 +538,7 @@ def replay_main(job: JobConfig, values: dict[str, Any]) -> int:
             times, blocks = gathered
             write_detail(detail_path(log.path), applyer.detail_rows(result, times, blocks))
             log.close()
-            from log_analyzer.summary import report_text
+            from log_analyzer.log import report_text
 
             print(report_text(log.path, sweep=job.training.frame == "collective_test"), flush=True)
             notice = applyer.compute_notice()

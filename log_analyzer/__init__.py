@@ -27,7 +27,7 @@ _EXPORTS = {
     "IterationStats": "log_analyzer.summary", "comm_summary": "log_analyzer.summary",
     "format_comm_summary": "log_analyzer.summary", "format_iteration_stats": "log_analyzer.summary",
     "format_sweep": "log_analyzer.summary", "iteration_stats": "log_analyzer.summary",
-    "sweep_summary": "log_analyzer.summary", "report_text": "log_analyzer.summary",
+    "sweep_summary": "log_analyzer.summary", "report_text": "log_analyzer.log",
     "Workload": "utils.workload",
     "batch_weights": "log_analyzer.summary", "logged_time": "log_analyzer.summary", "time_share": "log_analyzer.summary",
     "workload_frame": "log_analyzer.summary", "workload_share": "log_analyzer.summary",

@@ -19,8 +19,9 @@ Two files per replay, both under ``results/comm_logs/`` by default:
     (gloo lacks it; see ``replay/ops.py``), its p2p ``batch`` and the global rank of its peer or root.
 
 :meth:`Log.load` reads the log (ours or AICB's), joins the detail file when it is there, and returns
-typed pandas tables.  This module never imports torch, and imports pandas only to read (the ranks
-of a replay write without it).
+typed pandas tables; :func:`report_text` is what the replay prints at the end of a run, from the
+files it has just written (:mod:`log_analyzer.summary`).  This module never imports torch, and
+imports pandas only to read (the ranks of a replay write without it).
 """
 
 from __future__ import annotations
@@ -29,10 +30,11 @@ import csv
 import io
 import math
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from log_analyzer.frames import _items_frame
 from utils.errors import FormatError
 from utils.io import atomic_write, read_text
 from utils.workload import CSV_COLUMNS, CommType, WorkItem, format_shapes, read_csv
@@ -144,7 +146,6 @@ def write_detail(path: str | os.PathLike, rows: Iterable[dict[str, Any]]) -> Non
 
 # ---- reading ---------------------------------------------------------------------------------
 
-_INT_COLUMNS = ("comm_group_size", "msg_size", "dst", "src", "count")
 _DETAIL_TYPES = {
     "row": "Int64", "iteration": "Int64", "item_index": "Int64", "comm_group_size": "Int64", "msg_size": "Int64",
     "elapsed_ms": "float64", "algbw_gbps": "float64", "busbw_gbps": "float64", "max_elapsed_ms": "float64",
@@ -153,41 +154,6 @@ _DETAIL_TYPES = {
 }
 _JOINED = ("max_elapsed_ms", "slowest_rank", "min_elapsed_ms", "last_arrival_rank", "ranks_timed", "slowest_busbw_gbps",
            "emulated", "batch", "peer_rank", "item_index")
-
-
-def _items_frame(items: Sequence[WorkItem]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The log's rows as (items without epoch_end, epoch_end rows) with iteration numbers."""
-    import pandas as pd
-
-    rows, epochs = [], []
-    iteration = 0
-    for index, item in enumerate(items):
-        if item.is_epoch_end:
-            epochs.append({"row": index, "iteration": iteration, "time_ms": item.time_ns})
-            iteration += 1
-            continue
-        rows.append({
-            "row": index, "iteration": iteration, "comm_type": item.comm_type.value,
-            "comm_group": item.comm_group.value if item.comm_group is not None else None,
-            "comm_group_size": item.comm_group_size, "msg_size": item.msg_size,
-            "shapes": format_shapes(item.shapes) if item.shapes is not None else None, "stage": item.stage,
-            "dst": item.dst, "src": item.src, "additional": item.additional,
-            # the reader keeps the CSV's _elapsed_time in time_ns; in a log it is milliseconds
-            "elapsed_ms": item.time_ns, "algbw_gbps": item.algbw, "busbw_gbps": item.busbw, "count": item.count,
-        })
-    columns = ["row", "iteration", "comm_type", "comm_group", "comm_group_size", "msg_size", "shapes", "stage", "dst",
-               "src", "additional", "elapsed_ms", "algbw_gbps", "busbw_gbps", "count"]
-    frame = pd.DataFrame(rows, columns=columns)
-    for column in ("row", "iteration", *_INT_COLUMNS):
-        frame[column] = frame[column].astype("Int64")
-    for column in ("elapsed_ms", "algbw_gbps", "busbw_gbps"):
-        frame[column] = pd.to_numeric(frame[column], errors="coerce").astype("float64")
-    frame["comm_type"] = pd.Categorical(frame["comm_type"], categories=[t.value for t in CommType])
-    for column in ("comm_group", "shapes", "stage", "additional"):
-        frame[column] = frame[column].astype("string")
-    epoch_frame = pd.DataFrame(epochs, columns=["row", "iteration", "time_ms"])
-    epoch_frame = epoch_frame.astype({"row": "Int64", "iteration": "Int64", "time_ms": "float64"})
-    return frame, epoch_frame
 
 
 def _read_detail(path: str) -> pd.DataFrame:
@@ -292,3 +258,32 @@ def _iteration_table(items: pd.DataFrame, epochs: pd.DataFrame) -> pd.DataFrame:
     for column in ("comm_ms", "compute_ms"):
         table[column] = table[column].fillna(0.0)
     return table.reset_index(drop=True)
+
+
+# ---- the replay's end-of-run report ---------------------------------------------------------------
+
+def report_text(log_path: str, sweep: bool = False) -> str:
+    """The replay's end-of-run report from its files: the sweep table (``sweep``), or the iteration
+    times and the per (type, group, size) table of the measured iterations; then the file names."""
+    from log_analyzer.summary import (
+        comm_summary,
+        format_comm_summary,
+        format_iteration_stats,
+        format_sweep,
+        iteration_stats,
+        sweep_summary,
+    )
+
+    log = Log.load(log_path)
+    if sweep:
+        comm = log.measured[log.measured["comm_type"].astype(str) != "computation"]
+        size = int(comm["comm_group_size"].iloc[0]) if len(comm) else 1
+        ctype = str(comm["comm_type"].iloc[0]) if len(comm) else "-"
+        parts = [format_sweep(sweep_summary(log.items), ctype, size)]
+    else:
+        parts = ["\tIteration time (rank 0's wall time; slowest rank's from every rank's)\n"
+                 + format_iteration_stats(iteration_stats(log)),
+                 "\tCommunication per (type, group, size), measured iterations\n"
+                 + format_comm_summary(comm_summary(log.measured))]
+    parts.append(f"log: {log_path}\ndetail: {detail_path(log_path)}")
+    return "\n" + "\n\n".join(parts)

@@ -10,15 +10,19 @@ the population standard deviation (ddof=0, as AICB's numpy.std); ``p90`` numpy's
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import pandas as pd
 
 from utils.units import format_size
 
-if TYPE_CHECKING:
-    from log_analyzer.log import Log
+
+class HasIterations(Protocol):
+    """What :func:`iteration_stats` reads of a :class:`~log_analyzer.log.Log` (which uses this module, so
+    the class is not imported here): its per-iteration table."""
+
+    iterations: pd.DataFrame
 
 
 @dataclass(frozen=True)
@@ -35,7 +39,7 @@ class IterationStats:
     slowest_rank_max_ms: float | None = None
 
 
-def iteration_stats(log_or_times: Log | pd.Series | list[float], init_ms: float | None = None) -> IterationStats:
+def iteration_stats(log_or_times: HasIterations | pd.Series | list[float], init_ms: float | None = None) -> IterationStats:
     """Statistics of the measured iteration times: a :class:`Log` (iterations >= 1; init from
     iteration 0), or a plain sequence of times in ms."""
     slowest = None
@@ -174,26 +178,6 @@ def format_sweep(sweep: pd.DataFrame, comm_type: str, group_size: int) -> str:
     return "\n".join(out)
 
 
-def report_text(log_path: str, sweep: bool = False) -> str:
-    """The replay's end-of-run report from its files: the sweep table (``sweep``), or the iteration
-    times and the per (type, group, size) table of the measured iterations; then the file names."""
-    from log_analyzer.log import Log, detail_path
-
-    log = Log.load(log_path)
-    if sweep:
-        comm = log.measured[log.measured["comm_type"].astype(str) != "computation"]
-        size = int(comm["comm_group_size"].iloc[0]) if len(comm) else 1
-        ctype = str(comm["comm_type"].iloc[0]) if len(comm) else "-"
-        parts = [format_sweep(sweep_summary(log.items), ctype, size)]
-    else:
-        parts = ["\tIteration time (rank 0's wall time; slowest rank's from every rank's)\n"
-                 + format_iteration_stats(iteration_stats(log)),
-                 "\tCommunication per (type, group, size), measured iterations\n"
-                 + format_comm_summary(comm_summary(log.measured))]
-    parts.append(f"log: {log_path}\ndetail: {detail_path(log_path)}")
-    return "\n" + "\n\n".join(parts)
-
-
 # ---- shares and workloads (the report's tables) ---------------------------------------------------
 
 SHARE_COLUMNS = ["count", "bytes", "time_ms", "share_pct"]
@@ -257,7 +241,7 @@ def workload_frame(items) -> pd.DataFrame:
     """A workload's items (or a list of WorkItems) as a table like :attr:`Log.items`, with ``iteration``
     (0 is init when the workload has ``epoch_end`` markers; a workload without them is one iteration,
     numbered 1) and ``time_ns`` (computation times where known) instead of the log's ``elapsed_ms``."""
-    from log_analyzer.log import _items_frame
+    from log_analyzer.frames import _items_frame
 
     items = list(items)
     frame, epochs = _items_frame(items)
