@@ -1,1 +1,3 @@
-"""Shared foundations: units and bandwidth, parallel layout, rank groups, errors, CLI flags."""
+"""The ground floor, importing nothing of the toolkit above it: the workload model, the model, training
+and parallel configuration with the presets, rank groups, units and bandwidth, errors, I/O, figures and
+CLI flags."""

@@ -1,1 +1,1 @@
-"""Workload model, generators and their file formats."""
+"""Generators of the workload model (``utils.workload``) and their file formats (SimAI records, AICB CLI entries)."""
