@@ -8,7 +8,7 @@ The layout of the Llama 3 paper (Table 4: 16,384 H100, TP 8, CP 1, PP 16, DP 128
 + 7 (the first and last stage lighter, as Meta did), sequence parallel, distributed optimizer,
 --overlap_grad_reduce.  The topology is ``python -m topo.gen -topo Spectrum-X -g 16384 --pods 4``
 (4 pods of 4,096 GPUs under a non-blocking core tier; SimAI's one-pod Spectrum-X stops at 4,096 GPUs).
-Compute times come from the roofline estimator (``mocked_model.aiob.roofline``) when it is
+Compute times come from the compute model (``mocked_model.compute``) when it is
 importable, else from FLOPs at 40% of the H100's 989.4 TFLOP/s (a placeholder, labelled as such).
 
 Prints (median of --runs, wall clock, in-process unless said):
@@ -61,9 +61,9 @@ def job():
 
 def compute_hook():
     try:
-        from mocked_model.aiob.roofline import estimator
+        from mocked_model.compute import estimator
 
-        return estimator("H100"), "roofline estimator (mocked_model.aiob.roofline, H100)"
+        return estimator("H100"), "compute model (mocked_model.compute, H100)"
     except Exception:  # noqa: BLE001 - the estimator is optional
         return (lambda item: item.flops / (989.4e12 * 0.4) * 1e9 if item.flops else 0.0), \
             "placeholder: FLOPs at 40% of 989.4 TFLOP/s"

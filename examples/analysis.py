@@ -59,7 +59,7 @@ OUT.mkdir(parents=True, exist_ok=True)
 import random
 
 from log_analyzer.log import LogWriter
-from mocked_model.aiob.roofline import estimator
+from mocked_model.compute import estimator
 from simulator.api import simulate
 from simulator.options import TopoOptions
 from simulator.report import write_results
@@ -103,7 +103,7 @@ def make_demo_inputs(folder):
     workload.dump(folder / "demo_workload.csv")
     synthetic_log(workload, folder / "demo_before_log.csv", nvlink_gbps=150.0, nic_gbps=20.0, seed=1)
     synthetic_log(workload, folder / "demo_after_log.csv", nvlink_gbps=150.0, nic_gbps=40.0, seed=2)
-    # compute times of an H100 from the roofline model (no GPU needed), communication over a derived fabric
+    # compute times of an H100 from the compute model (no GPU needed), communication over a derived fabric
     result = simulate(job, None, TopoOptions(gpus_per_server=4, gpu_type="H100", compute_time_ns=estimator("H100")))
     write_results(result, str(folder / "demo-"))
     return str(folder / "demo_before_log.csv"), str(folder / "demo_workload.csv"), str(folder / "demo-EndToEnd.csv")

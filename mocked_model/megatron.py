@@ -28,6 +28,7 @@ from mocked_model.megatron_layers import (
     MegatronContext,
     RowParallelLinear,
     _meta,
+    bias_dropout_add,
     norm,
 )
 from utils.config import JobConfig
@@ -54,8 +55,9 @@ class VocabEmbedding(MockedModule):
 
     def _lookup(self, phase: str) -> WorkItem:
         c = self.ctx
-        return compute(f"{phase}.MegatronEmbedding.embedding", ((c.seq, c.micro), self.word.shape), None,
-                       _meta(None, "embedding", "embedding", self.name))
+        meta = {**_meta(None, "embedding", "embedding", self.name), "positions": self.positions, "p": c.hidden_dropout,
+                "max_positions": self.params[1].shape[0] if self.positions else 0}
+        return compute(f"{phase}.MegatronEmbedding.embedding", ((c.seq, c.micro), self.word.shape), None, meta)
 
     def build_forward(self, phase: str) -> list[WorkItem]:
         c = self.ctx
@@ -104,21 +106,24 @@ class VocabParallelLoss(MockedModule):
 
 
 class TransformerLayer(MockedModule):
-    """Pre-norm transformer layer: norm, QKV, core attention, projection, norm, MLP."""
+    """Pre-norm transformer layer (Megatron core's ``TransformerLayer``): norm, QKV, rotary embedding,
+    core attention, projection, bias-dropout-add, norm, MLP, bias-dropout-add."""
 
     def __init__(self, ctx: MegatronContext, job: JobConfig, layer: int) -> None:
         super().__init__(f"layers.{layer}")
         model, recompute = job.model, job.training.recompute
         self.layer, self.full_recompute = layer, recompute == "full"
         h, p = model.hidden_size, f"layers.{layer}"
+        mlp_sub = "moe" if model.is_moe_layer(layer) else "mlp"
         self.attention_part = [
             norm(ctx, f"{p}.input_layernorm", model.normalization, h, layer, "attention"),
             *self._attention(ctx, job, layer, recompute == "selective"),
+            bias_dropout_add(ctx, f"{p}.self_attn_bda", layer, "attention"),
         ]
         self.mlp_part = [
-            norm(ctx, f"{p}.pre_mlp_layernorm", model.normalization, h, layer,
-                 "moe" if model.is_moe_layer(layer) else "mlp"),
+            norm(ctx, f"{p}.pre_mlp_layernorm", model.normalization, h, layer, mlp_sub),
             *self._mlp(ctx, job, layer),
+            bias_dropout_add(ctx, f"{p}.mlp_bda", layer, mlp_sub),
         ]
         self.children = self.attention_part + self.mlp_part
 
@@ -139,6 +144,10 @@ class TransformerLayer(MockedModule):
                                        "attention", "MegatronQKLayerNorm", params=[
                 MockedParam(f"{p}.q_layernorm.weight", (kv,), tp_sharded=False, sequence_parallel=True),
                 MockedParam(f"{p}.k_layernorm.weight", (kv,), tp_sharded=False, sequence_parallel=True)]))
+        if model.position_embedding_type == "rope":  # queries and keys, Megatron's fused RoPE
+            width = (model.num_attention_heads + model.query_groups) * kv // ctx.tp
+            modules.append(Elementwise(ctx, f"{p}.rotary_pos_emb", "rotary", (ctx.seq, ctx.micro, width), layer,
+                                       "attention", "MegatronRotaryEmbedding"))
         modules.append(CoreAttention(ctx, f"{p}.core_attention", model.num_attention_heads, model.query_groups, kv, layer,
                                      selective))
         modules.append(RowParallelLinear(ctx, f"{p}.linear_proj", q_size, h, bias, layer, "attention"))
@@ -156,7 +165,7 @@ class TransformerLayer(MockedModule):
         return [
             ColumnParallelLinear(ctx, f"{p}.linear_fc1", h, fc1_out, model.add_bias_linear, layer, "mlp"),
             Elementwise(ctx, f"{p}.activation", act, (ctx.seq, ctx.micro, fc1_out // ctx.tp), layer, "mlp",
-                        "MegatronActivation"),
+                        "MegatronActivation", bias=model.add_bias_linear),
             RowParallelLinear(ctx, f"{p}.linear_fc2", ffn, h, model.add_bias_linear, layer, "mlp"),
         ]
 
@@ -212,20 +221,30 @@ class MegatronChunk(MockedModule):
 def chunk_layout(job: JobConfig, pp_rank: int) -> list[tuple[int, int, bool, bool]]:
     """``(first_layer, num_layers, pre_process, post_process)`` of each model chunk of a pipeline rank.
 
-    Without interleaving a rank has one chunk holding its stage's layers.  With
-    ``--num_layers_per_virtual_pipeline_stage L`` it has ``v = layers_per_stage / L`` chunks; chunk
-    ``c`` of rank ``r`` is virtual stage ``c * pp + r`` and holds layers ``(c * pp + r) * L ..``
-    (Megatron's interleaved layer assignment).
+    Chunk ``c`` of rank ``r`` is virtual stage ``c * pp + r``; its layers follow those of the virtual
+    stages before it (:meth:`utils.parallel.ParallelConfig.virtual_stage_layers`: Megatron core's
+    interleaved assignment, uneven first and last stages, embedding and loss counted in the split).
+    The first virtual stage holds the embedding, the last the output layer and the loss.
     """
     p = job.parallel
-    if not p.interleaved:
-        layers = job.stage_layers
-        first = sum(layers[:pp_rank])
-        return [(first, layers[pp_rank], pp_rank == 0, pp_rank == p.pp - 1)]
-    per_chunk = p.vpp_layers
-    chunks = job.stage_layers[0] // per_chunk
-    out = []
-    for c in range(chunks):
-        virtual = c * p.pp + pp_rank
-        out.append((virtual * per_chunk, per_chunk, virtual == 0, virtual == chunks * p.pp - 1))
-    return out
+    counts = p.virtual_stage_layers(job.model.num_layers)
+    offsets = [0]
+    for n in counts[:-1]:
+        offsets.append(offsets[-1] + n)
+    last = len(counts) - 1
+    return [(offsets[u], counts[u], u == 0, u == last) for u in range(pp_rank, len(counts), p.pp)]
+
+
+def optimizer_item(job: JobConfig, chunks: list[MockedModule]) -> WorkItem:
+    """The optimizer step's computation on one rank (:mod:`mocked_model.compute.ops` prices it): shapes are
+    the parameters of its ``chunks`` and those whose optimizer state it owns (``1/dp`` of them, expert
+    parameters ``1/expert-dp``, with the distributed optimizer, whose buffers are split per bucket)."""
+    p, t = job.parallel, job.training
+    local = owned = 0
+    for chunk in chunks:
+        for q in chunk.parameters():
+            local += q.numel
+            owned += -(-q.numel // (p.expert_dp if q.is_expert else p.dp)) if t.use_distributed_optimizer else q.numel
+    meta = {"layer": None, "sub": "optimizer", "op": "optimizer", "name": "optimizer", "loss_scaling": t.loss_scaling,
+            "grad_bytes": t.grad_bytes}
+    return WorkItem(CommType.computation, stage="step.optimizer", shapes=((local,), (owned,)), meta=meta)

@@ -7,8 +7,10 @@ Communication follows Megatron-LM core (``megatron/core/tensor_parallel/layers.p
 ``mappings.py``):
 
 - Column-parallel linear: forward all-gathers its input over TP under sequence parallelism (SP);
-  backward re-gathers the input for the weight gradient (SP), computes the input gradient, then
-  reduce-scatters it (SP) or all-reduces it (no SP), then computes the weight gradient.
+  backward re-gathers the input for the weight gradient (SP) while it computes the input gradient,
+  then reduce-scatters it (SP) or all-reduces it (no SP) while it computes the weight gradient
+  (``LinearWithGradAccumulationAndAsyncCommunication``: each collective is launched asynchronously
+  and waited for after the GEMM that follows it; such items carry ``meta['overlap'] = 'next'``).
 - Row-parallel linear: forward reduce-scatters (SP) or all-reduces (no SP) its output; backward
   all-gathers the output gradient under SP.
 
@@ -40,6 +42,12 @@ class MegatronContext:
     dtype_bytes: int
     compute: bool
     dp: int = 1
+    flash: bool = False
+    attention_dropout: float = 0.0
+    hidden_dropout: float = 0.0
+    wgrad_accumulate: bool = True
+    grad_bytes: int = 4
+    bias: bool = False
 
     @property
     def tokens(self) -> int:
@@ -58,8 +66,17 @@ class MegatronContext:
     @classmethod
     def of(cls, job: JobConfig) -> MegatronContext:
         p, t = job.parallel, job.training
-        return cls(tp=p.tp, sp=p.sequence_parallel, seq=t.seq_length, micro=p.micro_batch,
-                   hidden=job.model.hidden_size, dtype_bytes=t.dtype_bytes, compute=t.computation_enable, dp=p.dp)
+        m = job.model
+        return cls(tp=p.tp, sp=p.sequence_parallel, seq=t.seq_length, micro=p.micro_batch, hidden=m.hidden_size,
+                   dtype_bytes=t.dtype_bytes, compute=t.computation_enable, dp=p.dp, flash=t.use_flash_attn,
+                   attention_dropout=m.attention_dropout, hidden_dropout=m.hidden_dropout,
+                   wgrad_accumulate=t.gradient_accumulation_fusion, grad_bytes=t.grad_bytes, bias=m.add_bias_linear)
+
+
+def wgrad_meta(ctx: MegatronContext, meta: dict) -> dict:
+    """A weight-gradient GEMM's meta: whether it accumulates into the main gradient in its epilogue
+    (Megatron's ``gradient_accumulation_fusion``), and that buffer's bytes per element."""
+    return {**meta, "accumulate": ctx.wgrad_accumulate, "grad_bytes": ctx.grad_bytes}
 
 
 def _meta(layer: int | None, sub: str, op: str, name: str) -> dict:
@@ -80,14 +97,23 @@ class ColumnParallelLinear(MockedModule):
             self.params.append(weight)
         if bias:
             self.params.append(MockedParam(f"{name}.bias", (self.out_part,)))
+        # the bias is added after the GEMM (and reduced for its gradient) unless a fused kernel that
+        # follows takes it (Megatron's skip_bias_add: fc1's bias goes to the fused bias-GeLU / SwiGLU)
+        self.bias_after = bias and not name.endswith("linear_fc1")
 
     def _gemm(self, phase: str, shapes, kind: str) -> WorkItem:
         flops = 2.0 * self.ctx.tokens * self.in_size * self.out_part
-        return compute(f"{phase}.{self.label}.{self.name}", shapes, flops, _meta(self.layer, self.sub, kind, self.name))
+        meta = _meta(self.layer, self.sub, kind, self.name)
+        if self.bias_after and kind in ("gemm", "dgrad"):
+            meta["bias"] = True
+        return compute(f"{phase}.{self.label}.{self.name}", shapes, flops,
+                       wgrad_meta(self.ctx, meta) if kind == "wgrad" else meta)
 
-    def _tp_comm(self, ctype: CommType, phase: str) -> WorkItem:
-        return comm(ctype, TP, self.ctx.tp, self.ctx.act_bytes(self.in_size), f"{phase}.{self.label}",
-                    _meta(self.layer, self.sub, "comm", self.name))
+    def _tp_comm(self, ctype: CommType, phase: str, overlap: bool = False) -> WorkItem:
+        meta = _meta(self.layer, self.sub, "comm", self.name)
+        if overlap and self.ctx.compute:
+            meta["overlap"] = "next"
+        return comm(ctype, TP, self.ctx.tp, self.ctx.act_bytes(self.in_size), f"{phase}.{self.label}", meta)
 
     def build_forward(self, phase: str) -> list[WorkItem]:
         c, out = self.ctx, []
@@ -100,11 +126,11 @@ class ColumnParallelLinear(MockedModule):
     def build_backward(self) -> list[WorkItem]:
         c, out = self.ctx, []
         if c.tp > 1 and c.sp:
-            out.append(self._tp_comm(AG, "backward"))  # re-gather the input for the weight gradient
+            out.append(self._tp_comm(AG, "backward", overlap=True))  # re-gather the input for the weight gradient
         if c.compute:
             out.append(self._gemm("backward", ((c.seq, c.micro, self.out_part), (self.out_part, self.in_size)), "dgrad"))
         if c.tp > 1:
-            out.append(self._tp_comm(RS if c.sp else AR, "backward"))
+            out.append(self._tp_comm(RS if c.sp else AR, "backward", overlap=True))
         if c.compute:
             out.append(self._gemm("backward", ((self.out_part, c.tokens), (c.tokens, self.in_size)), "wgrad"))
         return out
@@ -124,7 +150,9 @@ class RowParallelLinear(MockedModule):
 
     def _gemm(self, phase: str, shapes, kind: str) -> WorkItem:
         flops = 2.0 * self.ctx.tokens * self.in_part * self.out_size
-        return compute(f"{phase}.{self.label}.{self.name}", shapes, flops, _meta(self.layer, self.sub, kind, self.name))
+        meta = _meta(self.layer, self.sub, kind, self.name)
+        return compute(f"{phase}.{self.label}.{self.name}", shapes, flops,
+                       wgrad_meta(self.ctx, meta) if kind == "wgrad" else meta)
 
     def _tp_comm(self, ctype: CommType, phase: str) -> WorkItem:
         return comm(ctype, TP, self.ctx.tp, self.ctx.act_bytes(self.out_size), f"{phase}.{self.label}",
@@ -155,13 +183,15 @@ class Elementwise(MockedModule):
     """
 
     def __init__(self, ctx: MegatronContext, name: str, op: str, shape: tuple[int, ...], layer: int | None, sub: str,
-                 label: str, params: list[MockedParam] | None = None) -> None:
+                 label: str, params: list[MockedParam] | None = None, **options) -> None:
         super().__init__(name)
         self.ctx, self.op, self.shape, self.layer, self.sub, self.label = ctx, op, shape, layer, sub, label
+        self.options = options
         self.params.extend(params or [])
 
     def _item(self, phase: str) -> WorkItem:
-        return compute(f"{phase}.{self.label}.{self.name}", (self.shape,), None, _meta(self.layer, self.sub, self.op, self.name))
+        return compute(f"{phase}.{self.label}.{self.name}", (self.shape,), None,
+                       {**_meta(self.layer, self.sub, self.op, self.name), **self.options})
 
     def build_forward(self, phase: str) -> list[WorkItem]:
         return [self._item(phase)] if self.ctx.compute else []
@@ -178,9 +208,18 @@ def norm(ctx: MegatronContext, name: str, kind: str, width: int, layer: int | No
     return Elementwise(ctx, name, "norm", (ctx.seq_local, ctx.micro, width), layer, sub, f"Megatron{kind}", params)
 
 
+def bias_dropout_add(ctx: MegatronContext, name: str, layer: int, sub: str) -> Elementwise:
+    """Megatron's bias-dropout-add after the attention projection (``self_attn_bda``) and after the MLP
+    (``mlp_bda``): the residual connection, on the local sequence, with the hidden dropout."""
+    return Elementwise(ctx, name, "bda", (ctx.seq_local, ctx.micro, ctx.hidden), layer, sub, "MegatronBiasDropoutAdd",
+                       p=ctx.hidden_dropout, bias=ctx.bias)
+
+
 class CoreAttention(MockedModule):
     """Softmax(QK^T)V over this rank's heads: ``4 * b * heads * s^2 * head_dim`` FLOPs forward (the
-    full square, as Megatron's FLOP count states it), twice that backward."""
+    full square, as Megatron's FLOP count states it), twice that backward.  Its meta says how it runs:
+    ``impl`` (``flash`` with ``--use_flash_attn``, else Megatron's unfused path), ``p`` (attention
+    dropout), ``v_dim`` and ``causal`` (GPT training is causal)."""
 
     def __init__(self, ctx: MegatronContext, name: str, heads: int, groups: int, head_dim: int, layer: int | None,
                  recompute: bool, v_head_dim: int | None = None) -> None:
@@ -193,8 +232,9 @@ class CoreAttention(MockedModule):
     def _item(self, phase: str, flops: float) -> WorkItem:
         c = self.ctx
         shapes = ((c.micro, self.heads, c.seq, self.head_dim), (c.micro, self.groups, c.seq, self.head_dim))
-        return compute(f"{phase}.MegatronCoreAttention.{self.name}", shapes, flops,
-                       _meta(self.layer, "attention", "attention", self.name))
+        meta = {**_meta(self.layer, "attention", "attention", self.name), "impl": "flash" if c.flash else "unfused",
+                "p": c.attention_dropout, "v_dim": self.v_dim, "causal": True}
+        return compute(f"{phase}.MegatronCoreAttention.{self.name}", shapes, flops, meta)
 
     def build_forward(self, phase: str) -> list[WorkItem]:
         return [self._item(phase, self.flops)] if self.ctx.compute else []

@@ -61,10 +61,18 @@ class CompiledProgram:
     layers: dict[str, list[float]]
 
 
-def compile_program(program: Program, durations: Sequence[float]) -> CompiledProgram:
+def compile_program(program: Program, durations: Sequence[float], contention: float = 0.0) -> CompiledProgram:
     """Lay out one F/B program: COMPUTE and COMM ops back to back on the compute stream, ASYNC ops
     on the overlap stream from the moment they are issued, GRAD ops recorded with their ready
-    offsets; the step ends when its last op and its overlapped comm are done."""
+    offsets; the step ends when its last op and its overlapped comm are done.
+
+    An ASYNC op with ``wait_next`` overlaps the next compute op only, as Megatron's linear layers wait
+    for their asynchronous TP collective right after the GEMM it hides behind.  While it runs, that
+    compute op runs at ``1 - contention`` of its speed (NCCL's thread blocks occupy that share of the
+    SMs): a compute op of ``d`` seconds started with ``x`` seconds of collective left ends after
+    ``d + contention * x`` (``d / (1 - contention)`` when the collective outlasts it); the slowdown is
+    booked to the collective's exposed time, and so is any wait for it past the compute op's end.
+    """
     t = 0.0
     overlap_free = 0.0
     overlap_cat = ""
@@ -74,6 +82,20 @@ def compile_program(program: Program, durations: Sequence[float]) -> CompiledPro
     grads = []
     intervals = []
     layers: dict[str, list[float]] = {}
+    pending: tuple[float, str, list[float]] | None = None  # (end, category, layer accumulator) of a wait_next op
+
+    def settle() -> None:
+        nonlocal t, pending
+        if pending is None:
+            return
+        end, cat, acc = pending
+        pending = None
+        if end > t:
+            exposed[cat] += end - t
+            acc[2] += end - t
+            intervals.append((t, end - t, "comm", cat, "wait for overlapped comm", ""))
+            t = end
+
     for index, (op, d) in enumerate(zip(program.ops, durations)):
         acc = layers.get(op.layer)
         if acc is None:
@@ -81,18 +103,32 @@ def compile_program(program: Program, durations: Sequence[float]) -> CompiledPro
         kind = op.kind
         if kind == COMPUTE:
             intervals.append((t, d, "compute", "compute", op.name, op.layer))
-            t += d
             compute += d
             acc[0] += d
+            if pending is not None and pending[0] > t and contention > 0.0:
+                left = pending[0] - t
+                slow = d * contention / (1.0 - contention) if left * (1.0 - contention) >= d else contention * left
+                exposed[pending[1]] += slow
+                pending[2][2] += slow
+                t += slow
+            t += d
+            settle()
             continue
         cat = GROUP_CATEGORY.get(op.group, "other")
         comm[cat] += d
         acc[1] += d
+        if kind in (COMM, SYNC, ASYNC):
+            settle()
         if kind == COMM or kind == SYNC:
             intervals.append((t, d, "comm", cat, op.name, op.layer))
             t += d
             exposed[cat] += d
             acc[2] += d
+        elif kind == ASYNC and op.wait_next:
+            start = max(overlap_free, t)
+            overlap_free = start + d
+            pending = (overlap_free, cat, acc)
+            intervals.append((start, d, "overlap comm", cat, op.name, op.layer))
         elif kind == ASYNC:
             start = max(overlap_free, t)
             overlap_free = start + d
@@ -100,6 +136,7 @@ def compile_program(program: Program, durations: Sequence[float]) -> CompiledPro
             intervals.append((start, d, "overlap comm", cat, op.name, op.layer))
         elif kind == GRAD:
             grads.append((t, d, cat, op.name, op.layer, index))
+    settle()
     if overlap_free > t:
         exposed[overlap_cat] += overlap_free - t
         intervals.append((t, overlap_free - t, "comm", overlap_cat, "wait for overlapped comm", ""))

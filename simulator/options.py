@@ -127,7 +127,10 @@ class TopoOptions:
       otherwise only collectives a workload marks ``meta["overlappable"]`` do.
     - ``peak_tflops``: dense peak TFLOP/s per GPU for the MFU (default by GPU type).
     - ``compute_time_ns``: ``item -> ns or None`` for computation items of our workloads (default:
-      the item's ``time_ns``; e.g. ``mocked_model.aiob.roofline.estimator("H100")``).
+      the item's ``time_ns``; e.g. ``mocked_model.compute.estimator("H100")``).
+    - ``compute_source``: for a ``JobConfig`` without ``compute_time_ns``: ``model``, ``file``, ``aiob``
+      (default: AIOB with the job's ``aiob_enable``, its ``comp_filepath``, else the compute model for its
+      ``gpu_type``).
     """
 
     gpus: int | None = None
@@ -144,6 +147,7 @@ class TopoOptions:
     tp_comm_overlap: bool = False
     peak_tflops: float | None = None
     compute_time_ns: Callable[[Any], float | None] | None = None
+    compute_source: str | None = None
 
     def __post_init__(self) -> None:
         _check_cluster(self)

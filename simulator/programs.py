@@ -10,7 +10,9 @@ backward.  A program is a sequence of :class:`Op`:
 - ``COMM``: a collective on the critical path (TP/EP collectives, the loss all-reduce, ...);
 - ``ASYNC``: a collective the workload marks overlappable (``meta["overlappable"]``, or every TP
   collective with ``tp_comm_overlap``): it runs on a communication stream beside the compute and
-  the step waits for it at its end;
+  the step waits for it at its end; with ``wait_next`` (``meta["overlap"] == "next"``: Megatron's
+  asynchronous TP collectives of a linear layer's backward) the compute stream waits for it right
+  after the next compute op, which it slows by the SMs NCCL occupies meanwhile;
 - ``GRAD``: a gradient bucket's reduction, issued on the gradient-sync stream when backward reaches
   the point where the bucket is complete (Megatron's ``--overlap_grad_reduce``);
 - ``GRAD_WAIT``: ``finish_grad_sync``: the step program waits for the gradient-sync stream;
@@ -64,6 +66,7 @@ class Op:
     size: int = 0
     record: int = -1
     scale: float = 1.0
+    wait_next: bool = False
 
     @property
     def category(self) -> str:
@@ -351,6 +354,9 @@ def _item_op(item, phase: str, hook: ComputeHook, counters: _Counters, tp_comm_o
         op.kind = SYNC
     elif meta.get("overlappable") or (tp_comm_overlap and group in ("tp_group", "ep_tp_group")):
         op.kind = ASYNC
+    elif meta.get("overlap") == "next":
+        op.kind = ASYNC
+        op.wait_next = True
     return op
 
 
@@ -380,6 +386,81 @@ def _split_iteration(items: list, steps: list[Step], stage: int) -> tuple[list[l
     return out, rest
 
 
+@dataclass
+class _Build:
+    """What building the stage scripts learns along the way."""
+
+    hook: ComputeHook
+    overlap_grad_reduce: bool | None
+    tp_comm_overlap: bool
+    counters: _Counters = field(default_factory=_Counters)
+    any_grad: bool = False
+    any_finish: bool = False
+
+
+def _stage_script(stage: int, steps: list[Step], pieces, rest: list, build: _Build) -> StageScript:
+    """One stage's script from its schedule and, per step, ``(key, items)`` (``pieces``: an iterator
+    in step order; ``key`` identifies steps whose items are the same objects, so that each distinct
+    program is built and costed once) and the step items that follow the schedule."""
+    cache: dict[object, tuple[Program | None, tuple[int, ...] | None, float]] = {}
+    programs: list[Program | None] = []
+    sizes: list[tuple[int, ...] | None] = []
+    deferred: list[Op] = []
+    any_grad = False
+    flops = 0.0
+    for st, (key, items) in zip(steps, pieces):
+        hit = cache.get(key)
+        if hit is None:
+            if st.kind == "P2P":
+                hit = (None, tuple(int(i.msg_size or 0) for i in items), 0.0)
+            else:
+                phase = "fwd" if st.kind == "F" else "bwd"
+                program = Program(st.kind)
+                for item in items:
+                    op = _item_op(item, phase, build.hook, build.counters, build.tp_comm_overlap)
+                    if op is None:
+                        continue
+                    if op.kind == GRAD and build.overlap_grad_reduce is False:
+                        op.kind = COMM
+                        op.phase = "step"
+                        deferred.append(op)
+                        continue
+                    any_grad = any_grad or op.kind == GRAD
+                    program.ops.append(op)
+                work = sum(i.flops for i in items if i.flops and i.comm_type.value == "computation"
+                           and not i.stage.startswith("recompute"))
+                hit = (program, None, work)
+            cache[key] = hit
+        programs.append(hit[0])
+        sizes.append(hit[1])
+        flops += hit[2]
+    step = _step_program(any_grad, deferred)
+    for item in rest:
+        op = _item_op(item, "step", build.hook, build.counters, build.tp_comm_overlap)
+        if op is not None:
+            step.ops.append(op)
+        if item.flops and item.comm_type.value == "computation":
+            flops += item.flops
+    build.any_finish = build.any_finish or build.counters.finish_items > 0
+    build.any_grad = build.any_grad or any_grad
+    return StageScript(stage, steps, programs, sizes, step, flops or None)
+
+
+def _finish(stages: list[StageScript], job, build: _Build) -> Scripts:
+    from mocked_model.megatron import chunk_layout
+
+    p = job.parallel
+    warnings: list[str] = []
+    if build.counters.missing_compute:
+        warnings.append(f"{build.counters.missing_compute} computation items have no time (generate with compute times, "
+                        "or pass a compute_time_ns hook): they cost 0")
+    if build.overlap_grad_reduce and not build.any_grad and build.any_finish:
+        warnings.append("--overlap_grad_reduce: the workload was generated without it, so its gradient buckets have no "
+                        "ready points; they are reduced after the last backward")
+    layout = dict(tp=p.tp, pp=p.pp, dp=p.dp, ep=p.ep, ga=p.ga, chunks=len(chunk_layout(job, 0)), world=p.world_size)
+    return Scripts(stages, "workload", layout, warnings)
+
+
 def scripts_from_workloads(workloads: Sequence, job, hook: ComputeHook | None = None,
                            overlap_grad_reduce: bool | None = None, tp_comm_overlap: bool = False) -> Scripts:
     """Scripts from our per-stage workloads (``megatron_pipeline(job)``: one Workload per stage).
@@ -394,64 +475,46 @@ def scripts_from_workloads(workloads: Sequence, job, hook: ComputeHook | None = 
     p = job.parallel
     if len(workloads) != p.pp:
         raise ConfigError(f"expected one workload per pipeline stage ({p.pp}), got {len(workloads)}")
-    hook = hook or item_time_ns
-    counters = _Counters()
-    warnings: list[str] = []
+    build = _Build(hook or item_time_ns, overlap_grad_reduce, tp_comm_overlap)
     stages = []
-    any_finish = False
-    any_grad_total = False
     for s, workload in enumerate(workloads):
         blocks = workload.iterations()
         if len(blocks) < 2:
             raise ConfigError(f"the workload of pipeline stage {s} holds no iteration (only its init block)")
-        items = blocks[1]
-        chunks = len(chunk_layout(job, s))
-        steps = pipeline_schedule(p.pp, s, p.ga, chunks)
-        pieces, rest = _split_iteration(items, steps, s)
-        cache: dict[tuple[int, ...], Program] = {}
-        programs: list[Program | None] = []
-        sizes: list[tuple[int, ...] | None] = []
-        deferred: list[Op] = []
-        any_grad = False
-        for st, piece in zip(steps, pieces):
-            if st.kind == "P2P":
-                programs.append(None)
-                sizes.append(tuple(int(i.msg_size or 0) for i in piece))
-                continue
-            key = tuple(map(id, piece))
-            program = cache.get(key)
-            if program is None:
-                phase = "fwd" if st.kind == "F" else "bwd"
-                program = Program(st.kind)
-                for item in piece:
-                    op = _item_op(item, phase, hook, counters, tp_comm_overlap)
-                    if op is None:
-                        continue
-                    if op.kind == GRAD and overlap_grad_reduce is False:
-                        op.kind = COMM
-                        op.phase = "step"
-                        deferred.append(op)
-                        continue
-                    any_grad = any_grad or op.kind == GRAD
-                    program.ops.append(op)
-                cache[key] = program
-            programs.append(program)
-            sizes.append(None)
-        step = _step_program(any_grad, deferred)
-        for item in rest:
-            op = _item_op(item, "step", hook, counters, tp_comm_overlap)
-            if op is not None:
-                step.ops.append(op)
-        any_finish = any_finish or counters.finish_items > 0
-        any_grad_total = any_grad_total or any_grad
-        flops = sum(i.flops for i in items if i.comm_type.value == "computation" and i.flops
-                    and not i.stage.startswith("recompute"))
-        stages.append(StageScript(s, steps, programs, sizes, step, flops or None))
-    if counters.missing_compute:
-        warnings.append(f"{counters.missing_compute} computation items have no time (generate with compute times, or "
-                        "pass a compute_time_ns hook): they cost 0")
-    if overlap_grad_reduce and not any_grad_total and any_finish:
-        warnings.append("--overlap_grad_reduce: the workload was generated without it, so its gradient buckets have no "
-                        "ready points; they are reduced after the last backward")
-    layout = dict(tp=p.tp, pp=p.pp, dp=p.dp, ep=p.ep, ga=p.ga, chunks=len(chunk_layout(job, 0)), world=p.world_size)
-    return Scripts(stages, "workload", layout, warnings)
+        steps = pipeline_schedule(p.pp, s, p.ga, len(chunk_layout(job, s)))
+        pieces, rest = _split_iteration(blocks[1], steps, s)
+        keyed = ((tuple(map(id, piece)), piece) for piece in pieces)
+        stages.append(_stage_script(s, steps, keyed, rest, build))
+    return _finish(stages, job, build)
+
+
+def scripts_from_generators(generators: Sequence, job, hook: ComputeHook | None = None,
+                            overlap_grad_reduce: bool | None = None, tp_comm_overlap: bool = False) -> Scripts:
+    """Scripts straight from the per-stage generators (``MegatronWorkload(job, pp_rank=s)``), without
+    unrolling their iterations: each distinct step (:meth:`WorkloadGenerator.step_key`) is built once.
+    Same programs as :func:`scripts_from_workloads` on the generators' workloads."""
+    p = job.parallel
+    if len(generators) != p.pp:
+        raise ConfigError(f"expected one generator per pipeline stage ({p.pp}), got {len(generators)}")
+    build = _Build(hook or item_time_ns, overlap_grad_reduce, tp_comm_overlap)
+    stages = []
+    for s, gen in enumerate(generators):
+        steps = gen.schedule()
+        rest: list = []
+        gen.step(rest)
+
+        def keyed(gen=gen, steps=steps):
+            built: set = set()
+            for st in steps:
+                key = gen.step_key(st)
+                if key is None:
+                    items = gen.step_items(st)
+                    yield tuple(map(id, items)), items
+                elif key in built:
+                    yield key, None
+                else:
+                    built.add(key)
+                    yield key, gen.step_items(st)
+
+        stages.append(_stage_script(s, steps, keyed(), rest, build))
+    return _finish(stages, job, build)

@@ -32,6 +32,7 @@ from simulator.programs import (
     SYNC,
     Op,
     Scripts,
+    scripts_from_generators,
     scripts_from_simai,
     scripts_from_workloads,
 )
@@ -49,28 +50,24 @@ from simulator.simai_model import report_bandwidths
 from utils.errors import ConfigError
 from workload_generator.simai_tokens import classify
 
-GPU_PEAK_TFLOPS = {"H100": 989.4, "H800": 989.4, "H200": 989.4, "H20": 148.0, "A100": 312.0, "A800": 312.0,
-                   "B200": 2250.0, "GB200": 2500.0}
-"""Dense BF16 tensor TFLOP/s per GPU for the MFU: NVIDIA H100 SXM datasheet (1,979 with sparsity), H200
-SXM datasheet, A100 datasheet (312), HGX B200 datasheet (2.25 PFLOPS), GB200 NVL72 datasheet (5 PFLOPS per
-superchip of two GPUs); H800/A800 are the H100/A100 silicon; H20 148 (vendor listings)."""
-
 
 def peak_tflops(options: TopoOptions, gpu_type: str | None) -> float | None:
-    """The MFU's peak: ``--peak_tflops``, else by GPU type (the roofline table when importable)."""
+    """The MFU's peak: ``--peak_tflops``, else the dense bf16 peak of the GPU type in the compute model's
+    table (the convention of published MFU figures, FP8 runs included); None for an unknown type."""
     if options.peak_tflops is not None:
         return options.peak_tflops
-    if not gpu_type:
-        return None
-    key = "".join(c for c in gpu_type.upper() if c.isalnum())
-    if key in GPU_PEAK_TFLOPS:
-        return GPU_PEAK_TFLOPS[key]
-    try:  # the compute-time colleague's GPU table, when present
-        from mocked_model.aiob.roofline import gpu_spec
+    from mocked_model.compute import gpu_spec, known_gpu
 
-        return gpu_spec(gpu_type).bf16_tflops
-    except Exception:  # noqa: BLE001 - optional table; unknown GPU means no MFU
-        return None
+    return gpu_spec(gpu_type).bf16_tflops if known_gpu(gpu_type) else None
+
+
+def comm_sm_share(options: TopoOptions, gpu_type: str | None) -> float:
+    """The share of a GPU's SMs an overlapped collective takes from the compute it overlaps: the GPU
+    table's (:func:`mocked_model.compute.gpus.nccl_sm_share`), 0 for an unknown GPU type."""
+    from mocked_model.compute import known_gpu
+    from mocked_model.compute.gpus import nccl_sm_share
+
+    return nccl_sm_share(gpu_type) if known_gpu(gpu_type) else 0.0
 
 
 def build_fabric(topology: Any, options: TopoOptions, gpus: int) -> tuple[Any, LinkModel, list[str]]:
@@ -101,9 +98,17 @@ def build_fabric(topology: Any, options: TopoOptions, gpus: int) -> tuple[Any, L
             notes.append(f"{flag} is ignored with a topology file: its links give the rates")
     if topo.gpu_count > gpus:
         notes.append(f"{source} has {topo.gpu_count} GPUs; the {gpus} ranks use GPUs 0..{gpus - 1}")
-    links = LinkModel(options.nvlink_efficiency or NVLINK_EFFICIENCY, options.nic_efficiency or NIC_EFFICIENCY,
+    links = LinkModel(options.nvlink_efficiency or nvlink_efficiency(topo.gpu_type), options.nic_efficiency or NIC_EFFICIENCY,
                       options.latency_scale)
     return TopologyFabric(topo, gpus), links, notes
+
+
+def nvlink_efficiency(gpu_type: str | None) -> float:
+    """NCCL's modelled share of the nominal NVLink rate for the GPU's generation (the GPU table's
+    ``nvlink_efficiency``), or :data:`simulator.collectives.NVLINK_EFFICIENCY` for an unknown type."""
+    from mocked_model.compute import gpu_spec, known_gpu
+
+    return gpu_spec(gpu_type).nvlink_efficiency if known_gpu(gpu_type) else NVLINK_EFFICIENCY
 
 
 def load_scripts(workload: Any, options: TopoOptions) -> tuple[Scripts, Any, int, str, Any]:
@@ -113,14 +118,7 @@ def load_scripts(workload: Any, options: TopoOptions) -> tuple[Scripts, Any, int
     from workload_generator.simai import SimAIWorkload
 
     if isinstance(workload, JobConfig):
-        from dataclasses import replace
-
-        from workload_generator.megatron import megatron_pipeline
-
-        job = workload
-        if options.overlap_grad_reduce is not None and options.overlap_grad_reduce != job.training.overlap_grad_reduce:
-            job = replace(job, training=replace(job.training, overlap_grad_reduce=options.overlap_grad_reduce))
-        workload = megatron_pipeline(job)
+        return _job_scripts(workload, options)
     if isinstance(workload, (list, tuple)):
         if not workload:
             raise ConfigError("no workloads given (expected one per pipeline stage)")
@@ -151,14 +149,72 @@ def load_scripts(workload: Any, options: TopoOptions) -> tuple[Scripts, Any, int
     return scripts, None, gpus, workload.path, workload
 
 
+def _job_scripts(job: Any, options: TopoOptions) -> tuple[Scripts, Any, int, str, None]:
+    """Scripts of every pipeline stage of a Megatron job, straight from its generators; computation
+    times from ``options.compute_time_ns``, else from the job's compute source (the compute model for
+    its ``gpu_type``, its ``comp_filepath``, or AIOB with ``aiob_enable``)."""
+    from dataclasses import replace
+
+    from workload_generator.compute_times import default_source, fill_job_times
+    from workload_generator.entry import generator_for
+
+    if job.training.frame not in ("Megatron", "DeepSeek"):
+        raise ConfigError(f"--frame {job.training.frame}: the topo model simulates whole Megatron and DeepSeek jobs")
+    training = job.training
+    if options.overlap_grad_reduce is not None and options.overlap_grad_reduce != training.overlap_grad_reduce:
+        training = replace(training, overlap_grad_reduce=options.overlap_grad_reduce)
+    if options.tp_comm_overlap and not training.tp_comm_overlap:
+        training = replace(training, tp_comm_overlap=True)
+    if not training.computation_enable:
+        training = replace(training, computation_enable=True)
+    job = replace(job, training=training)
+    gpus = job.parallel.world_size
+    if options.gpus is not None and options.gpus != gpus:
+        raise ConfigError(f"-g {options.gpus} differs from the job's --world_size {gpus}")
+    gens = [generator_for(job, stage) for stage in range(job.parallel.pp)]
+    hook = options.compute_time_ns
+    warnings: list[str] = []
+    if hook is None:
+        source = default_source(job, options.compute_source, model_default=True)
+        if source == "placeholder":
+            raise ConfigError("simulating a job needs computation times: give --gpu_type (the compute model), "
+                              "--comp_filepath FILE or --aiob_enable")
+        report = fill_job_times(_distinct_items(gens), job, source)
+        warnings.append(report.summary())
+    scripts = scripts_from_generators(gens, job, hook, options.overlap_grad_reduce, job.training.tp_comm_overlap)
+    scripts.warnings[:0] = [w for w in warnings if "no time for" in w]
+    p = job.parallel
+    return scripts, job, gpus, f"{job.model.name} tp{p.tp} pp{p.pp} dp{p.dp}", None
+
+
+def _distinct_items(generators: Sequence) -> list:
+    """Every distinct item object of one iteration of each generator (each distinct step once)."""
+    seen: dict[int, Any] = {}
+    for gen in generators:
+        keys: set = set()
+        for step in gen.schedule():
+            key = gen.step_key(step)
+            if key is not None and key in keys:
+                continue
+            keys.add(key)
+            for item in gen.step_items(step):
+                seen.setdefault(id(item), item)
+        rest: list = []
+        gen.step(rest)
+        for item in rest:
+            seen.setdefault(id(item), item)
+    return list(seen.values())
+
+
 class TopoModel:
     """One ``--model topo`` simulation: scripts on a fabric.  :meth:`run` returns the result."""
 
     def __init__(self, scripts: Scripts, fabric: Any, links: LinkModel, options: TopoOptions, path: str,
-                 simai_workload: Any = None, notes: Sequence[str] = ()) -> None:
+                 simai_workload: Any = None, notes: Sequence[str] = (), job: Any = None) -> None:
         from utils.parallel import ParallelConfig
 
         self.scripts, self.fabric, self.links, self.options, self.path = scripts, fabric, links, options, path
+        self.job = job
         self.simai = simai_workload
         self.warnings = list(scripts.warnings) + list(notes)
         lay = scripts.layout
@@ -174,6 +230,7 @@ class TopoModel:
         self._stage_costs: dict[tuple[int, str, str, int], tuple[Cost, Any]] = {}
         self._op_counts: dict[int, Counter] = {}
         self._p2p: dict[tuple[int, str, int], tuple[Cost, Any]] = {}
+        self.contention = comm_sm_share(options, getattr(fabric, "gpu_type", None))
 
     # ---- placement and costs -----------------------------------------------------------------
 
@@ -266,7 +323,8 @@ class TopoModel:
                     key = (id(program), signature)
                     cp = shared.get(key)
                     if cp is None:
-                        cp = shared[key] = engine.compile_program(program, [self.op_time(s, op) for op in program.ops])
+                        cp = shared[key] = engine.compile_program(program, [self.op_time(s, op) for op in program.ops],
+                                                                  self.contention)
                     table[id(program)] = cp
             compiled.append(table)
             occurrences.append(counts)
@@ -284,9 +342,13 @@ class TopoModel:
         peak = peak_tflops(self.options, self.fabric.gpu_type)
         model_flops = None
         mfu = None
-        if flops and all(f is not None for f in flops):
-            per_stage_ranks = self.world // self.pp
-            model_flops = sum(flops) * per_stage_ranks  # type: ignore[arg-type]
+        if self.job is not None or (flops and all(f is not None for f in flops)):
+            if self.job is not None:  # Megatron's formula, the convention of published MFU figures
+                from mocked_model.flops import model_flops as megatron_flops
+
+                model_flops = megatron_flops(self.job)
+            else:
+                model_flops = sum(flops) * (self.world // self.pp)  # type: ignore[arg-type]
             missing = any("computation items have no time" in w for w in self.warnings)
             if peak and iteration_s > 0 and not missing:
                 mfu = model_flops / (iteration_s * self.world * peak * 1e12)
@@ -551,9 +613,9 @@ def run_topo(workload: Any, topology: Any, options: TopoOptions | None) -> Simul
     options = options or TopoOptions()
     if not isinstance(options, TopoOptions):
         raise TypeError(f"the topo model takes TopoOptions, got {type(options).__name__}")
-    scripts, _job, gpus, path, simai = load_scripts(workload, options)
+    scripts, job, gpus, path, simai = load_scripts(workload, options)
     fabric, links, notes = build_fabric(topology, options, gpus)
-    return TopoModel(scripts, fabric, links, options, path, simai, notes).run()
+    return TopoModel(scripts, fabric, links, options, path, simai, notes, job).run()
 
 
 __all__ = ["TopoModel", "run_topo", "build_fabric", "load_scripts", "peak_tflops"]

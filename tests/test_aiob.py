@@ -14,7 +14,7 @@ from mocked_model.aiob import modules, timing  # noqa: E402
 from mocked_model.aiob.compute_file import ComputeFile  # noqa: E402
 from mocked_model.aiob.layout import OpSpec, aiob_filename, op_specs  # noqa: E402
 from mocked_model.aiob.measure import measure_job  # noqa: E402
-from mocked_model.aiob.roofline import gemm_tflops  # noqa: E402
+from mocked_model.compute import gemm_tflops  # noqa: E402
 from tests.conftest import ROOT, run_cli  # noqa: E402
 from utils.cli import parse_job  # noqa: E402
 from utils.workload import Workload  # noqa: E402
@@ -63,7 +63,8 @@ def test_measured_file_round_trips_with_positive_times(tiny_files, tmp_path):
         assert 0 < t.min_us <= t.avg_us <= t.max_us <= 3 * t.min_us, name
         assert t.implementation, name
     assert back.sections["layernorm"].implementation == "torch F.layer_norm"
-    assert back.sections["atten_flash"].implementation.startswith("torch scaled_dot_product_attention")
+    # without --use_flash_attn, Megatron's unfused attention is what runs (and is timed)
+    assert back.sections["atten_flash"].implementation.startswith("torch baddbmm, masked softmax, dropout, bmm")
 
 
 def test_times_scale_with_sequence_length(tiny_files):
@@ -142,6 +143,18 @@ def test_missing_optional_packages_change_the_implementation_only(monkeypatch):
     out = op.forward()
     op.backward(out)
     assert out.shape == (1, 4, 32, 16) and op.k.grad.shape == (1, 2, 32, 16)
+
+
+def test_unfused_attention_times_megatrons_path():
+    # without --use_flash_attn: scores materialised, masked softmax, dropout, times V; keys and values
+    # repeated to every head under GQA; the output has the queries' shape per (batch x head)
+    spec = OpSpec("atten_flash", "bwd_core", "attention", (1, 4, 32, 16),
+                  dict(micro=1, heads=4, groups=2, seq=32, head_dim=16, v_dim=16, impl="unfused", p=0.1))
+    op = modules.build_op(spec, torch.device("cpu"), torch.float32)
+    assert op.implementation.startswith("torch baddbmm, masked softmax, dropout, bmm")
+    out = op.forward()
+    op.backward(out)
+    assert out.shape == (4, 32, 16) and op.k.grad.shape == (2, 32, 16)
 
 
 def test_aicb_workload_only_measures_without_torchrun(tmp_path, monkeypatch):

@@ -87,7 +87,7 @@ MOE = ModelConfig(hidden_size=1024, num_layers=4, num_attention_heads=16, num_ex
     (ModelConfig(num_layers=10), dict(pp=4, global_batch=4),
      "--num_layers 10 is not divisible by --pipeline_model_parallel 4"),
     (DENSE, dict(pp=2, vpp_layers=5, global_batch=8),
-     "pipeline stage 0 has 12 layers .* not divisible by --num_layers_per_virtual_pipeline_stage 5"),
+     "a pipeline stage holds 12 layers .* not divisible by --num_layers_per_virtual_pipeline_stage 5"),
     (DENSE, dict(ep=2), "--expert_model_parallel_size 2 needs an MoE model"),
     (MOE, dict(ep=16, world_size=16), "--num_experts 8 is not divisible by --expert_model_parallel_size 16"),
     (MOE, dict(tp=2), "MoE with --tensor_model_parallel_size 2 needs --enable_sequence_parallel"),
@@ -116,6 +116,59 @@ def test_uneven_pipeline_stages():
         _job(model, world_size=128, tp=8, pp=16, global_batch=16)
     with pytest.raises(ConfigError, match="leaves 118 layers, which do not split evenly over the other 15"):
         _job(model, world_size=128, tp=8, pp=16, first_stage_layers=8, global_batch=16)
+
+
+def test_uneven_stages_with_interleaving():
+    # Megatron core: the first and last stages' layers are cut into the same number of chunks as the
+    # others.  126 layers on 16 stages, first 6 and last 8: the 14 middle stages hold 112 / 14 = 8;
+    # 2 chunks per stage -> chunks of 3 (first stage), 4 (middle), 4 (last).  Virtual stage u = c*16 + r
+    # holds layers after those of u - 1: a round of 16 virtual stages holds 3 + 14*4 + 4 = 63 layers.
+    model = get_preset("llama3_405B")
+    p = ParallelConfig(world_size=128, tp=8, pp=16, global_batch=16, first_stage_layers=6, last_stage_layers=8,
+                       virtual_stages=2)
+    counts = p.virtual_stage_layers(126)
+    assert counts == ([3] + [4] * 14 + [4]) * 2 and sum(counts) == 126
+    assert p.stage_layers(126) == [6] + [8] * 14 + [8] and p.chunks(126) == 2
+    # the same with --num_layers_per_virtual_pipeline_stage 4: a middle stage's 8 layers / 4 = 2 chunks
+    same = ParallelConfig(world_size=128, tp=8, pp=16, global_batch=16, first_stage_layers=6, last_stage_layers=8,
+                          vpp_layers=4)
+    assert same.virtual_stage_layers(126) == counts
+    job = _job(model, world_size=128, tp=8, pp=16, first_stage_layers=6, last_stage_layers=8, virtual_stages=2,
+               global_batch=16)
+    from mocked_model.megatron import chunk_layout
+
+    assert chunk_layout(job, 0) == [(0, 3, True, False), (63, 3, False, False)]
+    assert chunk_layout(job, 1) == [(3, 4, False, False), (66, 4, False, False)]
+    assert chunk_layout(job, 15) == [(59, 4, False, False), (122, 4, False, True)]
+    # 7 and 7 (Llama 3's split) cannot be cut into 2 chunks each: Megatron asserts, so do we
+    with pytest.raises(ConfigError, match="pipeline stage 0 holds 7 layers, not divisible by its 2 model chunks"):
+        _job(model, world_size=128, tp=8, pp=16, first_stage_layers=7, last_stage_layers=7, virtual_stages=2,
+             global_batch=16)
+
+
+def test_embedding_and_loss_counted_in_the_split():
+    # Llama 3 405B as its paper trains it: 126 layers plus embedding and loss = 128 slots, 8 per stage;
+    # with 4 chunks per stage each virtual stage holds 2, except the first (embedding and 1 layer) and
+    # the last (1 layer and the loss).  Offsets: u = 0 holds layer 0, u >= 1 starts at 2u - 1.
+    model = get_preset("llama3_405B")
+    job = _job(model, world_size=128, tp=8, pp=16, virtual_stages=4, embedding_in_split=True, loss_in_split=True,
+               global_batch=16)
+    counts = job.parallel.virtual_stage_layers(126)
+    assert counts == [1] + [2] * 62 + [1]
+    from mocked_model.megatron import chunk_layout
+
+    assert chunk_layout(job, 0) == [(0, 1, True, False), (31, 2, False, False), (63, 2, False, False),
+                                    (95, 2, False, False)]
+    assert chunk_layout(job, 15) == [(29, 2, False, False), (61, 2, False, False), (93, 2, False, False),
+                                     (125, 1, False, True)]
+    # 8 chunks of one slot: the first virtual stage holds only the embedding, the last only the loss
+    eight = _job(model, world_size=128, tp=8, pp=16, virtual_stages=8, embedding_in_split=True, loss_in_split=True,
+                 global_batch=16)
+    assert chunk_layout(eight, 0)[0] == (0, 0, True, False) and chunk_layout(eight, 15)[-1] == (126, 0, False, True)
+    with pytest.raises(ConfigError, match="needs pipeline parallelism"):
+        _job(model, world_size=8, tp=8, pp=1, embedding_in_split=True)
+    with pytest.raises(ConfigError, match="plus the embedding \\(127\\) is not divisible by --pipeline_model_parallel 16"):
+        _job(model, world_size=128, tp=8, pp=16, embedding_in_split=True, global_batch=16)
 
 
 def test_padded_vocab():

@@ -186,7 +186,9 @@ def test_megatron_workload_unbalanced_stages():
     start_f1 = max(g0, 2 * f0)             # stage 1's second forward
     g1 = start_f1 + f1 + b1
     b0_start = max(2 * f0, g0)
-    expected_us = max(b0_start + b0, g1) + b0
+    # after the schedule, both stages meet at the gradient-norm all-reduce (free here) and run their
+    # optimizer step, one more computation item: 1 us
+    expected_us = max(b0_start + b0, g1) + b0 + 1
     options = TopoOptions(gpus_per_server=2, nvlink_bw=1e6, latency_scale=0.0, compute_time_ns=one_us)
     result = simulate(workloads, None, options)
     assert result.iteration_us == pytest.approx(expected_us, abs=1e-3)
@@ -194,7 +196,7 @@ def test_megatron_workload_unbalanced_stages():
     for st in result.details.stages:
         total = st.compute_us + st.exposed_comm_us + st.pp_exposed_us + st.bubble_us
         assert total == pytest.approx(result.iteration_us)
-    assert result.details.stages[0].compute_us == pytest.approx(2 * (f0 + b0))
+    assert result.details.stages[0].compute_us == pytest.approx(2 * (f0 + b0) + 1)  # + the optimizer step
     # The same job given as a JobConfig generates the same workloads.
     assert simulate(job, None, options).iteration_us == pytest.approx(result.iteration_us)
 
@@ -216,10 +218,16 @@ def test_megatron_overlap_grad_reduce_hides_bucket_time():
 
 
 def test_missing_compute_times_cost_zero_with_a_warning():
-    result = simulate(tiny_job(), None, TopoOptions(gpus_per_server=2))
+    # workloads generated without times: their computation costs 0, with a warning
+    result = simulate(megatron_pipeline(tiny_job()), None, TopoOptions(gpus_per_server=2))
     assert result.details.stages[0].compute_us == 0.0
     assert any("computation items have no time" in w for w in result.warnings)
     assert result.details.mfu is None
+    # a job with no source of times at all (no --gpu_type, file or AIOB) is refused
+    from utils.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="simulating a job needs computation times: give --gpu_type"):
+        simulate(tiny_job(), None, TopoOptions(gpus_per_server=2))
 
 
 def test_cross_stage_step_collectives_wait_for_every_stage():

@@ -142,7 +142,8 @@ GENERAL = [
     _f("--micro_batch", 1, "micro-batch size per model replica"),
     _f("--epoch_num", 1, "iterations to generate or replay"),
     _switch("--computation_enable", "add computation items (implied by --aiob_enable)"),
-    _f("--dtype", "bfloat16", "training dtype (bfloat16, float16, float32)", type=str),
+    _f("--dtype", "bfloat16", "training dtype (bfloat16, float16, float32; float8: Transformer Engine's FP8 GEMMs with "
+       "bf16 activations and communication)", type=str),
     _switch("--enable_visual", "write plots of the replay results"),
     _switch("--workload_only", "generate the workload and stop (no replay)"),
     _f(("--output", "-o"), None, "write the workload to this path instead of AICB's default location", type=str),
@@ -167,6 +168,10 @@ MODEL = [
     _f("--position_embedding_type", None, "learned_absolute, rope or none", type=str, choices=POSITION_EMBEDDINGS),
     _switch("--untie_embeddings_and_output_weights", "separate output-layer weights", negatable=True),
     _f("--make_vocab_size_divisible_by", 128, "pad the vocabulary to a multiple of this times tp"),
+    _f(("--attention_dropout", "--attention-dropout"), None, "dropout probability of the attention scores "
+       "(default: the preset's, else Megatron's 0.1)", type=float),
+    _f(("--hidden_dropout", "--hidden-dropout"), None, "dropout probability after the attention and the MLP "
+       "(default: the preset's, else Megatron's 0.1)", type=float),
 ]
 MEGATRON = [
     _switch("--enable_sequence_parallel", "Megatron sequence parallelism"),
@@ -175,6 +180,19 @@ MEGATRON = [
     _f("--num_layers_per_virtual_pipeline_stage", None, "layers per virtual stage (interleaved 1F1B)"),
     _f("--decoder_first_pipeline_num_layers", None, "layers of the first pipeline stage (uneven split)"),
     _f("--decoder_last_pipeline_num_layers", None, "layers of the last pipeline stage (uneven split)"),
+    _f("--num_virtual_stages_per_pipeline_rank", None, "model chunks per pipeline rank (interleaved 1F1B, Megatron "
+       "core's spelling)"),
+    _switch("--account_for_embedding_in_pipeline_split", "count the embedding as one layer when splitting the "
+            "layers over pipeline stages (Megatron core)"),
+    _switch("--account_for_loss_in_pipeline_split", "count the loss as one layer when splitting the layers over "
+            "pipeline stages (Megatron core)"),
+    _switch("--accumulate_allreduce_grads_in_fp32", "fp16 training: accumulate and reduce gradients in fp32 "
+            "(Megatron's default with fp16 is fp16 gradients; bf16 always uses fp32)"),
+    _switch("--no_gradient_accumulation_fusion", "weight gradients written, then added to the fp32 main gradient "
+            "(Megatron fuses the two by default)"),
+    _switch("--scatter_gather_tensors_in_pipeline", "legacy Megatron-LM's p2p optimisation without sequence "
+            "parallelism: each TP rank sends 1/tp of the activation, the receiver all-gathers it over TP"),
+    _switch("--tp_comm_overlap", "TP collectives overlap the GEMMs (Megatron's --tp-comm-overlap)"),
     _f("--ddp_bucket_size", None, "DP gradient bucket size in elements (default Megatron's: max(40M, 1M*dp))"),
     _switch("--recompute_activations", "selective activation recomputation"),
     _f("--recompute_granularity", None, "full or selective activation recomputation", type=str,
@@ -219,9 +237,10 @@ MOE = [
 ]
 AIOB = [
     _switch("--aiob_enable", "measure computation times on this device (AIOB)"),
-    _f("--compute_source", None, "where computation times come from: aiob, file, roofline or placeholder "
-       "(default: aiob with --aiob_enable, file with --comp_filepath, else roofline when --gpu_type is known, "
-       "else placeholder)", type=str, choices=("aiob", "file", "roofline", "placeholder")),
+    _f("--compute_source", None, "where computation times come from: aiob, file, model (the compute model; "
+       "'roofline' is accepted for it) or placeholder (default: aiob with --aiob_enable, file with --comp_filepath, "
+       "else model when --gpu_type is known, else placeholder)", type=str,
+       choices=("aiob", "file", "model", "roofline", "placeholder")),
     _f("--comp_filepath", None, "read computation times from this AIOB file", type=str),
     _switch("--gated_linear_unit", "gated linear unit (set by --swiglu)"),
     _switch("--bias_gelu_fusion", "fused bias+GeLU"),
@@ -330,7 +349,7 @@ def _preset_flags(model: ModelConfig) -> dict[str, Any]:
         normalization=model.normalization, add_bias_linear=model.add_bias_linear,
         position_embedding_type=model.position_embedding_type,
         untie_embeddings_and_output_weights=model.untie_embeddings_and_output_weights,
-        moe_enable=model.is_moe,
+        moe_enable=model.is_moe, attention_dropout=model.attention_dropout, hidden_dropout=model.hidden_dropout,
     )
     if model.is_moe:
         flags.update(num_experts=model.num_experts, moe_router_topk=model.moe_router_topk,
@@ -370,6 +389,9 @@ def model_from(values: dict[str, Any]) -> ModelConfig:
         unchanged = all(getattr(preset, k) == v for k, v in kwargs.items() if k not in ("name",))
         if not unchanged:
             kwargs.update(published_params=None, source=f"{preset.source}, changed by flags")
+    for name in ("attention_dropout", "hidden_dropout"):  # training options, not architecture
+        if values[name] is not None:
+            kwargs[name] = values[name]
     if mla:
         kwargs.update(q_lora_rank=values["q_lora_rank"], kv_lora_rank=values["kv_lora_rank"],
                       qk_head_dim=values["qk_nope_dim"], qk_pos_emb_head_dim=values["qk_rope_dim"],
@@ -394,7 +416,10 @@ def job_from(values: dict[str, Any]) -> JobConfig:
         moe_expert_capacity_factor=values["moe_expert_capacity_factor"],
         moe_pad_expert_input_to_capacity=values["moe_pad_expert_input_to_capacity"],
         moe_grouped_gemm=values["moe_grouped_gemm"], moe_fp8_dispatch=values["moe_fp8_dispatch"],
-        extra=extra,
+        gradient_accumulation_fusion=not values["no_gradient_accumulation_fusion"],
+        accumulate_allreduce_grads_in_fp32=values["accumulate_allreduce_grads_in_fp32"],
+        scatter_gather_tensors_in_pipeline=values["scatter_gather_tensors_in_pipeline"],
+        tp_comm_overlap=values["tp_comm_overlap"], extra=extra,
     )
     parallel = ParallelConfig(
         world_size=values["world_size"], tp=values["tensor_model_parallel_size"],
@@ -404,6 +429,9 @@ def job_from(values: dict[str, Any]) -> JobConfig:
         global_batch=values["global_batch"], vpp_layers=values["num_layers_per_virtual_pipeline_stage"],
         pp_rank=values["pp_rank"], first_stage_layers=values["decoder_first_pipeline_num_layers"],
         last_stage_layers=values["decoder_last_pipeline_num_layers"],
+        virtual_stages=values["num_virtual_stages_per_pipeline_rank"],
+        embedding_in_split=values["account_for_embedding_in_pipeline_split"],
+        loss_in_split=values["account_for_loss_in_pipeline_split"],
     )
     model = model_from(values) if values["frame"] != "collective_test" else ModelConfig()
     return JobConfig(model=model, parallel=parallel, training=training)

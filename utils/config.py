@@ -44,6 +44,10 @@ class TrainingConfig:
     moe_pad_expert_input_to_capacity: bool = False
     moe_grouped_gemm: bool = False
     moe_fp8_dispatch: bool = False
+    gradient_accumulation_fusion: bool = True
+    accumulate_allreduce_grads_in_fp32: bool = False
+    scatter_gather_tensors_in_pipeline: bool = False
+    tp_comm_overlap: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -52,7 +56,7 @@ class TrainingConfig:
         if not isinstance(self.seq_length, int) or self.seq_length < 1:
             raise ConfigError(f"--seq_length must be a positive integer, got {self.seq_length!r}")
         if self.dtype.lower() not in DTYPE_BYTES:
-            raise ConfigError(f"--dtype {self.dtype!r} is not one of bfloat16, float16, float32")
+            raise ConfigError(f"--dtype {self.dtype!r} is not one of bfloat16, float16, float32, float8")
         if not isinstance(self.epoch_num, int) or self.epoch_num < 1:
             raise ConfigError(f"--epoch_num must be a positive integer, got {self.epoch_num!r}")
         if self.make_vocab_size_divisible_by < 1:
@@ -74,8 +78,30 @@ class TrainingConfig:
             raise ConfigError(f"--ddp_bucket_size must be a positive number of elements, got {self.ddp_bucket_size}")
 
     @property
+    def fp8(self) -> bool:
+        """FP8 training as Transformer Engine does it (``--dtype float8``): FP8 GEMM inputs, bf16 activations."""
+        return DTYPE_BYTES[self.dtype.lower()] == 1
+
+    @property
     def dtype_bytes(self) -> int:
-        return DTYPE_BYTES[self.dtype.lower()]
+        """Bytes of one activation, parameter or activation gradient element as it is stored and communicated:
+        2 under FP8 training (Transformer Engine keeps activations, TP and p2p traffic and the model's
+        parameters in bf16; only GEMM inputs are cast to FP8)."""
+        return 2 if self.fp8 else DTYPE_BYTES[self.dtype.lower()]
+
+    @property
+    def grad_bytes(self) -> int:
+        """Bytes per element of Megatron's main-gradient buffers (accumulation, DP reduction, optimizer input):
+        fp32, except fp16 training, which keeps fp16 gradients unless ``--accumulate_allreduce_grads_in_fp32``
+        (Megatron's ``arguments.py`` forces fp32 accumulation with bf16, and so with FP8 on bf16)."""
+        if self.dtype.lower() in ("float16", "fp16", "half") and not self.accumulate_allreduce_grads_in_fp32:
+            return 2
+        return 4
+
+    @property
+    def loss_scaling(self) -> bool:
+        """fp16 training scales the loss and checks the gradients for overflow every step."""
+        return self.dtype.lower() in ("float16", "fp16", "half")
 
 
 @dataclass(frozen=True)

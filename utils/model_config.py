@@ -43,6 +43,9 @@ class ModelConfig:
     qk_layernorm: bool = False
     position_embedding_type: str = "learned_absolute"
     untie_embeddings_and_output_weights: bool = False
+    # Megatron's --attention-dropout and --hidden-dropout (its defaults: 0.1 each; Llama-style recipes 0)
+    attention_dropout: float = 0.1
+    hidden_dropout: float = 0.1
     # MoE
     num_experts: int | None = None
     moe_router_topk: int = 2
@@ -70,6 +73,10 @@ class ModelConfig:
             if value is not None and (not isinstance(value, int) or value < 1):
                 flag = "kv_channels" if name == "kv_channels_given" else name
                 raise ConfigError(f"--{flag} must be a positive integer, got {value!r}")
+        for name in ("attention_dropout", "hidden_dropout"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+                raise ConfigError(f"--{name} must be a probability in [0, 1), got {value!r}")
         if self.normalization not in NORMALIZATIONS:
             raise ConfigError(f"--normalization {self.normalization!r} is not one of {', '.join(NORMALIZATIONS)}")
         if self.position_embedding_type not in POSITION_EMBEDDINGS:

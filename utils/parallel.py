@@ -30,6 +30,9 @@ F_VPP = "--num_layers_per_virtual_pipeline_stage"
 F_PP_RANK = "--pp_rank"
 F_FIRST = "--decoder_first_pipeline_num_layers"
 F_LAST = "--decoder_last_pipeline_num_layers"
+F_VSTAGES = "--num_virtual_stages_per_pipeline_rank"
+F_EMB_SPLIT = "--account_for_embedding_in_pipeline_split"
+F_LOSS_SPLIT = "--account_for_loss_in_pipeline_split"
 
 
 def _positive(name: str, value: object) -> None:
@@ -46,6 +49,12 @@ class ParallelConfig:
     ``ga = global_batch / (micro_batch * dp)``.  ``global_batch=None`` means ``micro_batch * dp``.
     ``etp`` is the expert tensor-parallel size (``None``: the same as ``tp``).  With ``tp == 1``
     sequence parallelism has no effect, as in Megatron (``sequence_parallel`` reads False).
+
+    Pipeline layout (Megatron core 0.12's ``get_num_layers_to_build`` / ``get_transformer_layer_offset``,
+    see :meth:`virtual_stage_layers`): ``vpp_layers`` (``--num_layers_per_virtual_pipeline_stage``) or
+    ``virtual_stages`` (``--num_virtual_stages_per_pipeline_rank``) interleave; ``first_stage_layers`` /
+    ``last_stage_layers`` make the first / last stage uneven; ``embedding_in_split`` / ``loss_in_split``
+    count the embedding / the loss as one layer of the split (``--account_for_*_in_pipeline_split``).
     """
 
     world_size: int
@@ -61,6 +70,9 @@ class ParallelConfig:
     pp_rank: int = 0
     first_stage_layers: int | None = None
     last_stage_layers: int | None = None
+    virtual_stages: int | None = None
+    embedding_in_split: bool = False
+    loss_in_split: bool = False
     dp: int = field(init=False)
     ga: int = field(init=False)
 
@@ -100,22 +112,30 @@ class ParallelConfig:
         object.__setattr__(self, "ga", global_batch // (self.micro_batch * dp))
         if not 0 <= self.pp_rank < self.pp:
             raise ConfigError(f"{F_PP_RANK} {self.pp_rank} is outside 0..{self.pp - 1} ({F_PP} {self.pp})")
-        if self.vpp_layers is not None:
-            _positive(F_VPP, self.vpp_layers)
+        if self.vpp_layers is not None and self.virtual_stages is not None:
+            raise ConfigError(f"give {F_VPP} or {F_VSTAGES}, not both")
+        for name, value in ((F_VPP, self.vpp_layers), (F_VSTAGES, self.virtual_stages)):
+            if value is None:
+                continue
+            _positive(name, value)
             if self.pp < 2:
-                raise ConfigError(f"{F_VPP} needs pipeline parallelism ({F_PP} > 1), got {F_PP} {self.pp}")
+                raise ConfigError(f"{name} needs pipeline parallelism ({F_PP} > 1), got {F_PP} {self.pp}")
             if self.ga % self.pp:
                 raise ConfigError(
-                    f"the interleaved schedule ({F_VPP}) needs the number of micro-batches {self.ga} "
+                    f"the interleaved schedule ({name}) needs the number of micro-batches {self.ga} "
                     f"({F_GBS} {global_batch} / ({F_MBS} {self.micro_batch} x data-parallel {dp})) "
                     f"to be a multiple of {F_PP} {self.pp}")
+        for name, value in ((F_EMB_SPLIT, self.embedding_in_split), (F_LOSS_SPLIT, self.loss_in_split)):
+            if value and self.pp < 2:
+                raise ConfigError(f"{name} needs pipeline parallelism ({F_PP} > 1), got {F_PP} {self.pp}")
         for name, value in ((F_FIRST, self.first_stage_layers), (F_LAST, self.last_stage_layers)):
             if value is not None:
                 _positive(name, value)
                 if self.pp < 2:
                     raise ConfigError(f"{name} needs pipeline parallelism ({F_PP} > 1), got {F_PP} {self.pp}")
-                if self.vpp_layers is not None:
-                    raise ConfigError(f"{name} cannot be combined with {F_VPP} (uneven stages are not interleaved)")
+                if self.embedding_in_split or self.loss_in_split:
+                    raise ConfigError(f"{name} cannot be combined with {F_EMB_SPLIT} or {F_LOSS_SPLIT} (Megatron "
+                                      "allows one way of unbalancing the stages at a time)")
         if self.sequence_parallel and self.tp == 1:
             object.__setattr__(self, "sequence_parallel", False)
 
@@ -131,7 +151,9 @@ class ParallelConfig:
 
     @property
     def interleaved(self) -> bool:
-        return self.vpp_layers is not None
+        """Whether the interleaved schedule was asked for (``--num_layers_per_virtual_pipeline_stage`` or
+        ``--num_virtual_stages_per_pipeline_rank``); :meth:`chunks` says how many chunks that gives."""
+        return self.vpp_layers is not None or self.virtual_stages is not None
 
     def rank_generator(self) -> RankGenerator:
         """Megatron's process groups for this layout (order ``tp-cp-ep-dp-pp``)."""
@@ -172,35 +194,82 @@ class ParallelConfig:
 
     # ---- rules that need the model -----------------------------------------------------------
 
-    def stage_layers(self, num_layers: int) -> list[int]:
-        """Transformer layers of each pipeline stage (uneven first/last stages where given).
+    def chunks(self, num_layers: int) -> int:
+        """Model chunks per pipeline rank (Megatron's virtual pipeline size; 1 without interleaving).
 
-        Raises :class:`ConfigError` when the layers cannot be split as asked.
+        With ``--num_layers_per_virtual_pipeline_stage L`` it is a (middle) stage's layers over ``L``,
+        embedding and loss counted when they are part of the split (Megatron's ``arguments.py``).
         """
-        if self.pp == 1:
-            return [num_layers]
+        if self.virtual_stages is not None:
+            return self.virtual_stages
+        if self.vpp_layers is None:
+            return 1
+        per_stage = self._stage_split(num_layers)[1]
+        if per_stage % self.vpp_layers:
+            raise ConfigError(f"a pipeline stage holds {per_stage} layers (--num_layers {num_layers} over {F_PP} "
+                              f"{self.pp}), not divisible by {F_VPP} {self.vpp_layers}")
+        return per_stage // self.vpp_layers
+
+    def _stage_split(self, num_layers: int) -> tuple[int | None, int, int | None]:
+        """(first stage's layers or None, a middle stage's layers, last stage's layers or None), with the
+        embedding and the loss counted as layers when they are part of the split."""
         first, last = self.first_stage_layers, self.last_stage_layers
+        total = num_layers + self.embedding_in_split + self.loss_in_split
         fixed = (first or 0) + (last or 0)
         middle_stages = self.pp - (first is not None) - (last is not None)
-        rest = num_layers - fixed
+        rest = total - fixed
         if rest < 0 or (middle_stages == 0 and rest != 0) or (middle_stages and rest % middle_stages):
             given = " and ".join(f"{n} {v}" for n, v in ((F_FIRST, first), (F_LAST, last)) if v is not None)
             if given:
                 raise ConfigError(
                     f"--num_layers {num_layers} minus {given} leaves {rest} layers, which do not split evenly "
                     f"over the other {middle_stages} of {F_PP} {self.pp} stages")
+            counted = f" plus the embedding and loss ({total})" if self.embedding_in_split and self.loss_in_split else \
+                f" plus the embedding ({total})" if self.embedding_in_split else \
+                f" plus the loss ({total})" if self.loss_in_split else ""
             raise ConfigError(
-                f"--num_layers {num_layers} is not divisible by {F_PP} {self.pp} (give {F_FIRST} and/or "
-                f"{F_LAST} for uneven stages, as Megatron does)")
-        per = rest // middle_stages if middle_stages else 0
-        layers = [per] * self.pp
+                f"--num_layers {num_layers}{counted} is not divisible by {F_PP} {self.pp} (give {F_FIRST} "
+                f"and/or {F_LAST} for uneven stages, as Megatron does)")
+        return first, (rest // middle_stages if middle_stages else 0), last
+
+    def virtual_stage_layers(self, num_layers: int) -> list[int]:
+        """Transformer layers of every virtual stage, in the order the model's layers flow through them:
+        virtual stage ``c * pp + r`` is chunk ``c`` of pipeline rank ``r``, and its layers follow those of
+        the virtual stages before it (Megatron core's layer offsets).
+
+        Each rank's stage layers are cut into :meth:`chunks` equal chunks (uneven first / last stages
+        too: their layers must divide by the chunk count, as Megatron asserts); with the embedding
+        (loss) counted in the split, the first (last) virtual stage builds one layer fewer.  Raises
+        :class:`ConfigError` when the layers cannot be split as asked.
+        """
+        first, middle, last = self._stage_split(num_layers)
+        v = self.chunks(num_layers)
+        per_rank = [middle] * self.pp
         if first is not None:
-            layers[0] = first
+            per_rank[0] = first
         if last is not None:
-            layers[-1] = last
-        if 0 in layers and middle_stages:
-            raise ConfigError(f"--num_layers {num_layers} leaves a pipeline stage without layers ({F_PP} {self.pp})")
-        return layers
+            per_rank[-1] = last
+        for stage, count in enumerate(per_rank):
+            if count % v:
+                raise ConfigError(f"pipeline stage {stage} holds {count} layers, not divisible by its {v} model "
+                                  f"chunks (interleaved schedule: {F_VPP} / {F_VSTAGES})")
+        counts = [per_rank[r] // v for _c in range(v) for r in range(self.pp)]
+        if self.embedding_in_split:
+            counts[0] -= 1
+        if self.loss_in_split:
+            counts[-1] -= 1
+        allowed_empty = {0} if self.embedding_in_split else set()
+        if self.loss_in_split:
+            allowed_empty.add(len(counts) - 1)
+        if any(n < 0 or (n == 0 and u not in allowed_empty) for u, n in enumerate(counts)):
+            raise ConfigError(f"--num_layers {num_layers} leaves a pipeline stage without layers ({F_PP} {self.pp}, "
+                              f"{v} chunks per stage)")
+        return counts
+
+    def stage_layers(self, num_layers: int) -> list[int]:
+        """Transformer layers of each pipeline stage, all its chunks together."""
+        counts = self.virtual_stage_layers(num_layers)
+        return [sum(counts[r::self.pp]) for r in range(self.pp)]
 
     def check_model(self, model: ModelConfig, seq_length: int, dtype: str = "bfloat16") -> None:
         """Rules that involve the model's dimensions.  Raises :class:`ConfigError`."""
@@ -216,13 +285,7 @@ class ParallelConfig:
                               "(give --kv_channels for a head size of your own)")
         if model.ffn_hidden_size % self.tp:
             raise ConfigError(f"--ffn_hidden_size {model.ffn_hidden_size} is not divisible by {F_TP} {self.tp}")
-        layers = self.stage_layers(model.num_layers)
-        if self.vpp_layers is not None:
-            for stage, count in enumerate(layers):
-                if count % self.vpp_layers:
-                    raise ConfigError(
-                        f"pipeline stage {stage} has {count} layers (--num_layers {model.num_layers} / {F_PP} {self.pp}), "
-                        f"not divisible by {F_VPP} {self.vpp_layers}")
+        self.virtual_stage_layers(model.num_layers)
         if self.sequence_parallel and seq_length % self.tp:
             raise ConfigError(f"--seq_length {seq_length} is not divisible by {F_TP} {self.tp} "
                               f"(needed by {F_SP})")

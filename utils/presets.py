@@ -18,7 +18,9 @@ from utils.model_config import ModelConfig
 _GPT = dict(normalization="LayerNorm", position_embedding_type="learned_absolute", add_bias_linear=True,
             vocab_size=50257, max_position_embeddings=2048)
 _LLAMA = dict(normalization="RMSNorm", position_embedding_type="rope", swiglu=True, add_bias_linear=False,
-              untie_embeddings_and_output_weights=True)
+              untie_embeddings_and_output_weights=True, attention_dropout=0.0, hidden_dropout=0.0)
+"""Llama-style models train without dropout (Megatron-LM's Llama, Mixtral, DeepSeek and Qwen example
+scripts pass --attention-dropout 0.0 --hidden-dropout 0.0); GPT presets keep Megatron's 0.1."""
 
 _PRESETS: list[tuple[ModelConfig, tuple[str, ...]]] = [
     # A tiny model for demos, tests and CPU timing; not a real architecture.

@@ -6,8 +6,8 @@
 The records come from the same work items as the replay CSV (``workload_generator.simai_training``).
 Computation times: ``--compute_source`` (see ``--help``): ``--aiob_enable`` measures them here and
 writes the compute file to ``results/aiob_outputs/``, ``--comp_filepath`` reads one, and a
-``--gpu_type`` of the roofline table (A100, H100, H800, H20, H200, B200, ...) estimates them when no
-other source is given.  Default output path, as AICB names it:
+``--gpu_type`` of the compute model's GPU table (A100, H100, H800, H20, H200, B200, ...) estimates them
+when no other source is given (:mod:`mocked_model.compute`).  Default output path, as AICB names it:
 ``results/workload/<gpu_type>-<model>-world_size<W>-tp<T>-pp<P>-ep<E>-gbs<B>-mbs<b>-seq<S>-MOE-<moe>-GEMM-<gemm>-flash_attn-<fa>.txt``.
 """
 
@@ -37,9 +37,9 @@ def default_simai_path(job: JobConfig, values: dict[str, Any]) -> str:
 
 
 def compute_source(job: JobConfig, values: dict[str, Any]) -> str:
-    """``--compute_source``, or the best source the flags make available (the roofline estimate when
-    ``--gpu_type`` is a GPU of its table)."""
-    return default_source(job, values.get("compute_source"), roofline_default=True)
+    """``--compute_source``, or the best source the flags make available (the compute model's estimate
+    when ``--gpu_type`` is a GPU of its table)."""
+    return default_source(job, values.get("compute_source"), model_default=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,13 +1,14 @@
 """Fill the computation items of a workload with times, from one of the compute-time sources.
 
 Sources, in DESIGN.md's order of preference: ``aiob`` (measured on this device), ``file`` (an AIOB
-compute-time file, ``--comp_filepath``), ``roofline`` (the analytical estimate for ``--gpu_type``) and
+compute-time file, ``--comp_filepath``), ``model`` (the compute model's estimate for ``--gpu_type``,
+:mod:`mocked_model.compute`; ``roofline`` is its old name and still accepted) and
 ``placeholder`` (no times: consumers write AICB's placeholder of 1 ns).  The workload records which
 source its times came from (``Workload.compute_source``).
 
 Generators reuse item objects across micro-batches, so filling the distinct items fills every
 occurrence.  :func:`fill_job_times` is what the command-line entries call: it measures (``aiob``,
-writing the compute file), reads (``file``) or estimates (``roofline``) and fills the items.
+writing the compute file), reads (``file``) or estimates (``model``) and fills the items.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from utils.config import JobConfig
 from utils.errors import ConfigError
 from utils.workload import WorkItem
 
-SOURCES = ("placeholder", "file", "aiob", "roofline")
+SOURCES = ("placeholder", "file", "aiob", "model")
+ALIASES = {"roofline": "model"}
+"""Older names of a source (``--compute_source roofline`` named the compute model before it was one)."""
 _GEMM_BACKWARD = {"dgrad", "wgrad"}
 
 
@@ -99,6 +102,7 @@ def fill_compute_times(items: Iterable[WorkItem], source: str, comp_filepath: st
                        compute: ComputeFile | None = None) -> FillReport:
     """Set ``time_ns`` on every computation item (each distinct object once) from ``source``.
     ``compute`` (a measured or loaded file) serves the ``aiob`` and ``file`` sources."""
+    source = ALIASES.get(source, source)
     if source not in SOURCES:
         raise ConfigError(f"--compute_source {source!r} is not one of {', '.join(SOURCES)}")
     unique: dict[int, WorkItem] = {}
@@ -127,21 +131,22 @@ def fill_compute_times(items: Iterable[WorkItem], source: str, comp_filepath: st
     return report
 
 
-def default_source(job: JobConfig, given: str | None, roofline_default: bool = False) -> str:
+def default_source(job: JobConfig, given: str | None, model_default: bool = False) -> str:
     """``--compute_source``, or the best source the flags make available: ``aiob`` with
-    ``--aiob_enable``, ``file`` with ``--comp_filepath``, ``roofline`` when ``roofline_default`` (the
-    SimAI generator) and ``--gpu_type`` names a GPU of the roofline table, else ``placeholder``."""
-    from mocked_model.aiob.roofline import known_gpu
+    ``--aiob_enable``, ``file`` with ``--comp_filepath``, ``model`` when ``model_default`` (the SimAI
+    generator, the simulator) and ``--gpu_type`` names a GPU of the compute model's table, else
+    ``placeholder``."""
+    from mocked_model.compute import known_gpu
 
     t = job.training
     if given:
-        return given
+        return ALIASES.get(given, given)
     if t.aiob_enable:
         return "aiob"
     if t.comp_filepath:
         return "file"
-    if roofline_default and known_gpu(t.gpu_type):
-        return "roofline"
+    if model_default and known_gpu(t.gpu_type):
+        return "model"
     return "placeholder"
 
 
@@ -162,12 +167,13 @@ def measure_compute_file(job: JobConfig, values: dict[str, Any] | None = None,
 def fill_job_times(items: Iterable[WorkItem], job: JobConfig, source: str, values: dict[str, Any] | None = None,
                    log: Callable[[str], None] | None = None) -> FillReport:
     """Fill the computation items of ``job`` from ``source``: ``aiob`` measures here and writes the
-    compute file, ``file`` reads ``--comp_filepath``, ``roofline`` estimates for ``--gpu_type``."""
+    compute file, ``file`` reads ``--comp_filepath``, ``model`` estimates for ``--gpu_type``."""
     t = job.training
+    source = ALIASES.get(source, source)
     if source in ("aiob", "file") and t.frame == "DeepSpeed":
         flag = "--aiob_enable" if source == "aiob" else "--comp_filepath"
         raise ConfigError(f"{flag} times Megatron's modules (AICB's sections), which --frame DeepSpeed's items do not "
-                          "name; use --compute_source roofline --gpu_type GPU")
+                          "name; use --compute_source model --gpu_type GPU")
     if source == "aiob":
         compute, path = measure_compute_file(job, values, log)
         report = fill_compute_times(items, source, compute=compute)
@@ -181,11 +187,11 @@ def fill_job_times(items: Iterable[WorkItem], job: JobConfig, source: str, value
         report = fill_compute_times(items, source, path)
         report.compute_file = path
         return report
-    if source == "roofline":
-        from mocked_model.aiob.roofline import estimator, gpu_spec
+    if source == "model":
+        from mocked_model.compute import estimator, gpu_spec
 
         gpu = gpu_spec(t.gpu_type)
         report = fill_compute_times(items, source, estimator=estimator(gpu, t.dtype))
-        report.detail = f"analytical estimate for {gpu.name} ({t.dtype})"
+        report.detail = f"compute-model estimate for {gpu.name} ({t.dtype})"
         return report
     return fill_compute_times(items, source)

@@ -6,6 +6,8 @@ Subclasses (Megatron, DeepSpeed, ...) say what each part communicates; the drive
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
 from utils.config import JobConfig
 from utils.workload import CommGroup, CommType, WorkItem, Workload
 from workload_generator.schedules import Step, pipeline_schedule
@@ -55,6 +57,22 @@ class WorkloadGenerator:
 
     def step(self, out: list[WorkItem]) -> None:
         """Items after the last backward of an iteration (gradient sync, optimizer)."""
+
+    def step_key(self, step: Step) -> Hashable | None:
+        """A key shared by the schedule steps whose items are the same objects (the simulator builds one
+        program per key); None when a generator makes no such promise."""
+        return None
+
+    def step_items(self, step: Step) -> list[WorkItem]:
+        """The items of one schedule step (what :meth:`iteration` appends for it)."""
+        out: list[WorkItem] = []
+        if step.kind == "F":
+            self.forward(out, step)
+        elif step.kind == "B":
+            self.backward(out, step)
+        else:
+            self.p2p(out, step)
+        return out
 
     # ---- the driver -----------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mocked_model.base import MockedModule, comm
-from mocked_model.megatron import MegatronChunk, chunk_layout
+from mocked_model.megatron import MegatronChunk, chunk_layout, optimizer_item
 from mocked_model.megatron_layers import MegatronContext
 from utils.config import JobConfig
 from utils.errors import ConfigError
@@ -34,9 +34,6 @@ class GradBuffer:
 
 AR, AG, RS, BC, BARRIER = (CommType.all_reduce, CommType.all_gather, CommType.reduce_scatter, CommType.broadcast,
                            CommType.barrier)
-GRAD_BYTES = 4
-"""Megatron reduces gradients in fp32 main-grad buffers (``accumulate_allreduce_grads_in_fp32`` is
-forced on with bf16)."""
 
 
 class MegatronWorkload(WorkloadGenerator):
@@ -72,14 +69,36 @@ class MegatronWorkload(WorkloadGenerator):
         self._p2p_cache: dict[tuple[str, tuple[str, ...]], list[WorkItem]] = {}
         self._synced_backward: dict[int, list[WorkItem]] = {}
         self._bucket_items: dict[tuple, list[WorkItem]] = {}
+        self._optimizer = optimizer_item(job, self.chunks)
 
     # ---- sizes ----------------------------------------------------------------------------------
 
     @property
-    def p2p_bytes(self) -> int:
-        """One pipeline activation: ``seq * micro_batch * hidden * dtype`` (``seq / tp`` with SP)."""
+    def scatter_gather(self) -> bool:
+        """Legacy Megatron-LM's p2p optimisation (``--scatter_gather_tensors_in_pipeline``, without SP):
+        each TP rank sends its 1/tp slice of the activation; the receiver all-gathers it over TP."""
         c = self.ctx
-        return c.seq_local * c.micro * c.hidden * c.dtype_bytes
+        return self.job.training.scatter_gather_tensors_in_pipeline and c.tp > 1 and not c.sp
+
+    @property
+    def p2p_bytes(self) -> int:
+        """One pipeline activation: ``seq * micro_batch * hidden * dtype`` (``seq / tp`` with SP, and 1/tp
+        of it with the scatter-gather optimisation)."""
+        c = self.ctx
+        full = c.seq_local * c.micro * c.hidden * c.dtype_bytes
+        return full // c.tp if self.scatter_gather else full
+
+    def _gather_received(self, phase: str) -> list[WorkItem]:
+        """``gather_split_1d_tensor`` after a scatter-gather receive: a TP all-gather of the activation."""
+        if not self.scatter_gather:
+            return []
+        key = ("gather", phase)
+        items = self._p2p_cache.get(key)
+        if items is None:
+            c = self.ctx
+            items = self._p2p_cache[key] = [comm(AG, CommGroup.tp_group, c.tp, c.seq * c.micro * c.hidden * c.dtype_bytes,
+                                                 f"{phase}.gather_split_1d_tensor")]
+        return items
 
     def _bucket_size(self) -> int | None:
         p, t = self.job.parallel, self.job.training
@@ -131,15 +150,29 @@ class MegatronWorkload(WorkloadGenerator):
 
     def forward(self, out: list[WorkItem], step: Step) -> None:
         chunk = self.chunks[step.chunk]
+        if not chunk.pre_process:
+            out.extend(self._gather_received("forward_step"))
         out.extend(self._get_batch(step.chunk))
         out.extend(chunk.forward_items())
 
     def backward(self, out: list[WorkItem], step: Step) -> None:
         chunk = self.chunks[step.chunk]
+        if not chunk.post_process:
+            out.extend(self._gather_received("backward_step"))
         if self.job.training.overlap_grad_reduce and step.microbatch == self.job.parallel.ga - 1:
             out.extend(self._backward_with_grad_sync(step.chunk))
         else:
             out.extend(chunk.backward_items())
+
+    def step_key(self, step: Step) -> tuple:
+        """Forward items depend on the model chunk only; backward items on the chunk and, with
+        ``--overlap_grad_reduce``, on whether the step is the last micro-batch's (bucket reductions)."""
+        if step.kind == "F":
+            return ("F", step.chunk)
+        if step.kind == "B":
+            last = self.job.training.overlap_grad_reduce and step.microbatch == self.job.parallel.ga - 1
+            return ("B", step.chunk, last)
+        return ("P2P", step.name, step.ops)
 
     def p2p(self, out: list[WorkItem], step: Step) -> None:
         key = (step.name, step.ops)
@@ -176,7 +209,8 @@ class MegatronWorkload(WorkloadGenerator):
         if buffer.size == 1:
             return []
         ctype = RS if self.job.training.use_distributed_optimizer else AR
-        return [comm(ctype, buffer.group, buffer.size, b.numel * GRAD_BYTES, stage, meta={"bucket": b.index, "chunk": index})
+        grad_bytes = self.job.training.grad_bytes
+        return [comm(ctype, buffer.group, buffer.size, b.numel * grad_bytes, stage, meta={"bucket": b.index, "chunk": index})
                 for b in buckets]
 
     def closing_buckets(self, index: int) -> dict[str, list[tuple[GradBuffer, Bucket]]]:
@@ -222,9 +256,9 @@ class MegatronWorkload(WorkloadGenerator):
         if c.tp > 1:
             sp_numel = sum(q.numel for chunk in self.chunks for q in chunk.parameters() if q.sequence_parallel)
             if sp_numel:
-                out.append(comm(AR, CommGroup.tp_group, c.tp, sp_numel * GRAD_BYTES, "step._allreduce_layernorm_grads"))
+                out.append(comm(AR, CommGroup.tp_group, c.tp, sp_numel * t.grad_bytes, "step._allreduce_layernorm_grads"))
         if self.tied and p.pp > 1 and any(chunk.shares_embedding for chunk in self.chunks):
-            out.append(comm(AR, CommGroup.embedding_group, 2, self._embedding_numel() * GRAD_BYTES,
+            out.append(comm(AR, CommGroup.embedding_group, 2, self._embedding_numel() * t.grad_bytes,
                             "step._allreduce_word_embedding_grads"))
         self.optimizer_step(out)
 
@@ -239,6 +273,8 @@ class MegatronWorkload(WorkloadGenerator):
             out.append(comm(AR, group, size, 4, "step._unscale_main_grads_and_check_for_nan"))
         if size > 1:
             out.append(comm(AR, group, size, 4, "step.clip_grad_norm"))
+        if self.ctx.compute:
+            out.append(self._optimizer)
         if dist_opt:
             for index, buffers in enumerate(self.buffers):
                 for buffer in buffers:

@@ -2,9 +2,7 @@
 
 - ``compute_file``: AICB's compute-time file (reader, writer, section of each operation); no torch.
 - ``layout``: which operations a file times for a job (one rank's share, from the mocked model) and
-  the roofline estimate written as a compute file; no torch.
-- ``roofline``: the analytical model (GPU table with datasheet citations, efficiency factors
-  calibrated against published measurements, ``estimate_ns(item, gpu, dtype)``); no torch.
+  the compute model's estimate (:mod:`mocked_model.compute`) written as a compute file; no torch.
 - ``estimate``: ``python -m mocked_model.aiob.estimate --gpu_type H100 ...`` writes an estimate file.
 - ``modules``, ``timing``, ``measure``: real torch operations timed forward and backward on this
   device (``measure_job(job) -> ComputeFile``); these need torch.

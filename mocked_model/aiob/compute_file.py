@@ -52,8 +52,11 @@ FORWARD_SECTIONS: tuple[tuple[str, str, str], ...] = (
     ("self_attention.linear_kv_up_proj", "mla_kv_up", "bwd_mla_kv_up"),
     ("self_attention.qk_layernorm", "qk_norm", "bwd_qk_norm"),
     ("self_attention.linear_qkv", "atten_qkv", "bwd_qkv"),
+    ("self_attention.rotary_pos_emb", "atten_rope", "bwd_rope"),
     ("self_attention.core_attention", "atten_flash", "bwd_core"),
     ("self_attention.linear_proj", "atten_linear", "bwd_proj"),
+    ("self_attn_bda", "residual_attn", "bwd_residual_attn"),
+    ("mlp_bda", "residual_mlp", "bwd_residual_mlp"),
     ("input_layernorm", "layernorm", "bwd_norm1"),
     ("pre_mlp_layernorm", "layernorm2", "bwd_norm2"),
     ("mlp.linear_fc1", "mlp_linear_1", "bwd_fc1"),
@@ -63,6 +66,7 @@ FORWARD_SECTIONS: tuple[tuple[str, str, str], ...] = (
     ("output_layer", "logit_time", "bwd_logit"),
     ("embedding", "Emb", "bwd_emb"),
     ("loss", "loss", "bwd_loss"),
+    ("optimizer", "param_time", "param_time"),
 )
 CORE_PARTS = ("atten_core_qk", "atten_core_softmax", "atten_core_contex")
 """AICB's split of attention without flash attention; their sum stands for ``atten_flash``."""

@@ -1,10 +1,10 @@
-"""Write the roofline estimate of a job's computation as a compute file (FORMATS.md section 6), for
-GPUs nobody profiled; every consumer reads it like a measurement, and its labels say it is not one.
+"""Write the compute model's estimate of a job's computation as a compute file (FORMATS.md section 6),
+for GPUs nobody profiled; every consumer reads it like a measurement, and its labels say it is not one.
 
     python -m mocked_model.aiob.estimate --gpu_type H100 --model_name llama3_8B --seq_length 4096 \\
         --tensor_model_parallel_size 1 -o h100.txt
 
-Default output: ``results/aiob_outputs/<AICB's AIOB name without .txt>-roofline-<GPU>.txt`` (under
+Default output: ``results/aiob_outputs/<AICB's AIOB name without .txt>-estimate-<GPU>.txt`` (under
 ``--output_dir`` when given).
 """
 
@@ -13,23 +13,23 @@ from __future__ import annotations
 import os
 import sys
 
-from mocked_model.aiob.layout import aiob_filename, roofline_compute_file
-from mocked_model.aiob.roofline import gpu_spec
+from mocked_model.aiob.layout import aiob_filename, estimated_compute_file
+from mocked_model.compute import gpu_spec
 from utils.cli import parse_job, run_main
 
 PROG = "python -m mocked_model.aiob.estimate"
 
 
 def main(argv: list[str] | None = None) -> int:
-    job, values = parse_job(argv, PROG, "Write the roofline estimate of a job's computation times (AIOB format).")
+    job, values = parse_job(argv, PROG, "Write the compute model's estimate of a job's computation times (AIOB format).")
     gpu = gpu_spec(job.training.gpu_type)
-    compute = roofline_compute_file(job, gpu)
+    compute = estimated_compute_file(job, gpu)
     path = values.get("output")
     if not path:
-        name = aiob_filename(job, values)[: -len(".txt")] + f"-roofline-{gpu.name}.txt"
+        name = aiob_filename(job, values)[: -len(".txt")] + f"-estimate-{gpu.name}.txt"
         path = os.path.join(values.get("output_dir") or "results", "aiob_outputs", name)
     compute.write(path)
-    print(f"roofline estimate for {gpu.name} ({job.training.dtype}): {len(compute.sections)} sections written to {path}")
+    print(f"compute-model estimate for {gpu.name} ({job.training.dtype}): {len(compute.sections)} sections written to {path}")
     return 0
 
 

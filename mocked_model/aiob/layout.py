@@ -1,8 +1,8 @@
 """Which operations a compute file times, for a job: one representative of each kind of layer (a
 dense and an MoE layer where the model has both), plus the embedding, final norm, output layer and
 loss, as the mocked model sizes them for one rank (tp, sp, ep, micro-batch, sequence).  No torch here:
-the measurement (:mod:`mocked_model.aiob.measure`) and the roofline estimate
-(:func:`roofline_compute_file`) both start from these modules, so their sections always match what
+the measurement (:mod:`mocked_model.aiob.measure`) and the compute model's estimate
+(:func:`estimated_compute_file`) both start from these modules, so their sections always match what
 :func:`workload_generator.compute_times.file_times` looks up.
 """
 
@@ -15,9 +15,16 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mocked_model.aiob.compute_file import ComputeFile, SectionTimes, sections_of
-from mocked_model.aiob.roofline import GPUSpec, estimate_ns, gpu_spec, optimizer_ns
 from mocked_model.base import MockedModule
-from mocked_model.megatron import MegatronChunk, TransformerLayer, VocabEmbedding, VocabParallelLoss, chunk_layout
+from mocked_model.compute import GPUSpec, estimate_ns, gpu_spec
+from mocked_model.megatron import (
+    MegatronChunk,
+    TransformerLayer,
+    VocabEmbedding,
+    VocabParallelLoss,
+    chunk_layout,
+    optimizer_item,
+)
 from mocked_model.megatron_layers import ColumnParallelLinear, CoreAttention, Elementwise, MegatronContext, RowParallelLinear
 from utils.config import JobConfig
 from utils.workload import WorkItem
@@ -159,10 +166,14 @@ def _leaf_specs(job: JobConfig, module: MockedModule, repeats: int) -> list[OpSp
             kind = "RMSNorm" if "RMSNorm" in module.label else job.model.normalization
             width = job.model.kv_channels if qk else module.shape[-1]
             return [OpSpec(fwd, bwd, "norm", module.shape, {"width": width, "kind": kind}, repeats)]
+        if module.op == "bda":
+            return [OpSpec(fwd, bwd, "bda", module.shape, dict(module.options), repeats)]
+        if module.op == "rotary":
+            return [OpSpec(fwd, bwd, "rotary", module.shape, {"head_dim": job.model.kv_channels}, repeats)]
         return [OpSpec(fwd, bwd, "act", module.shape, {"kind": module.op}, repeats)]
     if isinstance(module, CoreAttention):
         dims = dict(micro=ctx.micro, heads=module.heads, groups=module.groups, seq=ctx.seq, head_dim=module.head_dim,
-                    v_dim=module.v_dim)
+                    v_dim=module.v_dim, impl="flash" if ctx.flash else "unfused", p=ctx.attention_dropout)
         return [OpSpec(fwd, bwd, "attention", (ctx.micro, module.heads, ctx.seq, module.head_dim), dims, repeats)]
     if isinstance(module, VocabEmbedding):
         dims = {"vocab": module.word.shape[0], "hidden": module.word.shape[1],
@@ -190,14 +201,12 @@ def op_specs(job: JobConfig) -> list[OpSpec]:
 def rank_params(job: JobConfig) -> int:
     """Parameters whose optimizer step this rank runs: its stage's parameters (its shard of them with
     the distributed optimizer, which splits every buffer over DP)."""
-    p = job.parallel
-    total = 0
-    for first, count, pre, post in chunk_layout(job, p.pp_rank):
-        chunk = MegatronChunk(job, first, count, pre, post)
-        for param in chunk.parameters():
-            dp = p.expert_dp if param.is_expert else p.dp
-            total += -(-param.numel // dp) if job.training.use_distributed_optimizer else param.numel
-    return total
+    return optimizer_item(job, stage_chunks(job)).shapes[1][0]
+
+
+def stage_chunks(job: JobConfig) -> list[MegatronChunk]:
+    """The model chunks of ``--pp_rank``'s stage."""
+    return [MegatronChunk(job, first, count, pre, post) for first, count, pre, post in chunk_layout(job, job.parallel.pp_rank)]
 
 
 def section_items(job: JobConfig) -> dict[tuple[str, str], dict[str, list[WorkItem]]]:
@@ -221,14 +230,14 @@ def section_items(job: JobConfig) -> dict[tuple[str, str], dict[str, list[WorkIt
     return out
 
 
-def roofline_compute_file(job: JobConfig, gpu: str | GPUSpec) -> ComputeFile:
-    """A compute file for ``job`` estimated by the roofline model for ``gpu`` (a name or
-    :class:`~mocked_model.aiob.roofline.GPUSpec`): every section the measurement would write, in
-    microseconds, labelled ``compute_source: roofline <GPU>`` so that readers know it is an estimate."""
+def estimated_compute_file(job: JobConfig, gpu: str | GPUSpec) -> ComputeFile:
+    """A compute file for ``job`` estimated by the compute model (:mod:`mocked_model.compute`) for ``gpu``
+    (a name or :class:`~mocked_model.compute.GPUSpec`): every section the measurement would write, in
+    microseconds, labelled ``compute_source: model <GPU>`` so that readers know it is an estimate."""
     spec = gpu_spec(gpu)
     dtype = job.training.dtype
     out = ComputeFile(iterations=1, labels={
-        "compute_source": f"roofline {spec.name}",
+        "compute_source": f"model {spec.name}",
         "device": f"{spec.name} (analytical estimate, not a measurement)",
         "dtype": dtype,
     })
@@ -238,11 +247,11 @@ def roofline_compute_file(job: JobConfig, gpu: str | GPUSpec) -> ComputeFile:
             total_ns = sum(estimate_ns(item, spec, dtype) or 0.0 for item in items)
             us = total_ns / 1000
             if phase == "forward":
-                out.sections.setdefault(fwd, SectionTimes(us, us, us, "roofline"))
+                out.sections.setdefault(fwd, SectionTimes(us, us, us, "model"))
             else:
                 backward.setdefault(bwd, us)
     for name, us in backward.items():
-        out.sections[name] = SectionTimes(us, us, us, "roofline")
-    us = optimizer_ns(rank_params(job), spec) / 1000
-    out.sections[OPTIMIZER_SECTION] = SectionTimes(us, us, us, "roofline (Adam step)")
+        out.sections[name] = SectionTimes(us, us, us, "model")
+    us = (estimate_ns(optimizer_item(job, stage_chunks(job)), spec, dtype) or 0.0) / 1000
+    out.sections[OPTIMIZER_SECTION] = SectionTimes(us, us, us, "model (optimizer step)")
     return out

@@ -173,13 +173,23 @@ class Activation(TimedOp):
 
 class Attention(TimedOp):
     """Causal attention over this rank's heads: ``(micro, heads, seq, head_dim)`` queries against
-    ``groups`` key/value heads (values of ``v_dim``)."""
+    ``groups`` key/value heads (values of ``v_dim``).  Without ``--use_flash_attn`` (``dims['impl']``
+    ``unfused``) it runs Megatron's unfused path: scaled Q K^T, causal mask, softmax, dropout, times V."""
 
     def __init__(self, spec: OpSpec, device: torch.device, dtype: torch.dtype) -> None:
         super().__init__(spec, device, dtype)
         d = spec.dims
         b, h, g, s, dim, v_dim = d["micro"], d["heads"], d["groups"], d["seq"], d["head_dim"], d["v_dim"]
         self.gqa = g != h
+        self.unfused = d.get("impl") == "unfused"
+        self.p = d.get("p", 0.0)
+        if self.unfused:
+            self.q, self.k, self.v = self.tensor(b * h, s, dim), self.tensor(b * g, s, dim), self.tensor(b * g, s, v_dim)
+            self.repeat, self.scale = h // g, 1 / math.sqrt(dim)
+            self.mask = torch.ones(s, s, device=device, dtype=torch.bool).triu(1)
+            self.flash = None
+            self.implementation = "torch baddbmm, masked softmax, dropout, bmm (Megatron's unfused attention)"
+            return
         func, version = _flash_attn() if device.type == "cuda" and dtype != torch.float32 else (None, "")
         # flash-attn 2 needs equal query and value head sizes of at most 256
         self.flash = func if func is not None and dim == v_dim and dim <= 256 else None
@@ -195,6 +205,13 @@ class Attention(TimedOp):
         self.implementation = "torch scaled_dot_product_attention (causal)"
 
     def forward(self) -> torch.Tensor:
+        if self.unfused:
+            k, v = self.k, self.v
+            if self.repeat > 1:
+                k, v = k.repeat_interleave(self.repeat, dim=0), v.repeat_interleave(self.repeat, dim=0)
+            scores = torch.bmm(self.q, k.transpose(1, 2)) * self.scale
+            probs = torch.softmax(scores.masked_fill(self.mask, float("-inf")), dim=-1)
+            return torch.bmm(F.dropout(probs, self.p, training=True), v)
         if self.flash is not None:
             return self.flash(self.q, self.k, self.v, causal=True)
         return F.scaled_dot_product_attention(self.q, self.k, self.v, is_causal=True, enable_gqa=self.gqa)
@@ -207,6 +224,40 @@ class Attention(TimedOp):
         self._sdpa_tensors(d["micro"], d["heads"], d["groups"], d["seq"], d["head_dim"], d["v_dim"])
         self.implementation += f" (flash-attn failed: {reason})"
         return True
+
+
+class BiasDropoutAdd(TimedOp):
+    """Megatron's residual connection: ``residual + dropout(x + bias)`` on ``spec.shape``."""
+
+    def __init__(self, spec: OpSpec, device: torch.device, dtype: torch.dtype) -> None:
+        super().__init__(spec, device, dtype)
+        d = spec.dims
+        self.x, self.residual = self.tensor(*spec.shape), self.tensor(*spec.shape)
+        self.bias = self.tensor(spec.shape[-1]) if d.get("bias") else None
+        self.p = d.get("p", 0.0)
+        self.implementation = "torch dropout(x + bias) + residual"
+
+    def forward(self) -> torch.Tensor:
+        x = self.x + self.bias if self.bias is not None else self.x
+        return self.residual + (F.dropout(x, self.p, training=True) if self.p > 0 else x)
+
+
+class Rotary(TimedOp):
+    """Rotary position embedding over the queries and keys (``spec.shape``: ``(s, b, width)``, heads of
+    ``dims['head_dim']``): ``x * cos + rotate_half(x) * sin``."""
+
+    def __init__(self, spec: OpSpec, device: torch.device, dtype: torch.dtype) -> None:
+        super().__init__(spec, device, dtype)
+        s, b, width = spec.shape
+        dim = spec.dims["head_dim"]
+        self.x = self.tensor(s, b, width // dim, dim)
+        angle = torch.arange(s, device=device, dtype=torch.float32)[:, None] * torch.arange(dim, device=device)[None] / dim
+        self.cos, self.sin = angle.cos().to(dtype)[:, None, None], angle.sin().to(dtype)[:, None, None]
+        self.implementation = "torch x * cos + rotate_half(x) * sin"
+
+    def forward(self) -> torch.Tensor:
+        a, b = torch.chunk(self.x, 2, dim=-1)
+        return self.x * self.cos + torch.cat((-b, a), dim=-1) * self.sin
 
 
 class Embedding(TimedOp):
@@ -325,7 +376,8 @@ class OptimizerStep(TimedOp):
 
 OPS: dict[str, type[TimedOp]] = {
     "linear": Linear, "norm": Norm, "act": Activation, "attention": Attention, "embedding": Embedding,
-    "loss": CrossEntropy, "router": Router, "experts": ExpertGemm, "optimizer": OptimizerStep,
+    "loss": CrossEntropy, "router": Router, "experts": ExpertGemm, "optimizer": OptimizerStep, "bda": BiasDropoutAdd,
+    "rotary": Rotary,
 }
 
 

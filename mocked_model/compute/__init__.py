@@ -1,0 +1,57 @@
+"""The compute model: what each computation of a training step costs on a GPU we may not have.
+
+- :mod:`~mocked_model.compute.gpus`: the GPU table (peaks, HBM, SMs, NVLink; each figure cited);
+- :mod:`~mocked_model.compute.kernels`: the cost laws (GEMM tiles and waves, memory-bound kernels,
+  flash attention, launch costs);
+- :mod:`~mocked_model.compute.ops`: the kernels each mocked operation launches.
+
+One model serves every consumer: the SimAI generator's ``--gpu_type`` times, the AIOB file estimates
+(``python -m mocked_model.aiob.estimate``) and the topo simulator.  No torch here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from mocked_model.compute.gpus import GPUS, GPUSpec, gpu_spec, known_gpu
+from mocked_model.compute.kernels import KIND_BYTES, GemmShape, dtype_kind, gemm_ns, gemm_tflops, memory_ns
+from mocked_model.compute.ops import Kernel, Precision, kernels_of
+
+
+def precision(dtype: str) -> Precision:
+    """GEMM input kind and activation bytes of ``--dtype``: FP8 trains as Transformer Engine does, with
+    FP8 GEMM inputs and bf16 activations."""
+    kind = dtype_kind(dtype)
+    return Precision(kind, 2 if kind == "fp8" else KIND_BYTES[kind])
+
+
+def item_kernels(item, dtype: str = "bfloat16") -> list[Kernel] | None:
+    """The kernels of one computation item (None: no law for its operation)."""
+    return kernels_of(item, precision(dtype))
+
+
+def estimate_ns(item, gpu: GPUSpec | str, dtype: str = "bfloat16") -> float | None:
+    """Estimated time in ns of one computation item on ``gpu`` (None when the model has no law for it)."""
+    kernels = item_kernels(item, dtype)
+    if kernels is None:
+        return None
+    spec = gpu_spec(gpu)
+    return sum(k.ns(spec) for k in kernels)
+
+
+def estimator(gpu: GPUSpec | str, dtype: str = "bfloat16") -> Callable[[object], float | None]:
+    """``item -> ns or None`` for :func:`workload_generator.compute_times.fill_compute_times`."""
+    spec = gpu_spec(gpu)
+    p = precision(dtype)
+    if p.kind == "fp8":
+        spec.peak_flops("fp8")  # a GPU without FP8 tensor cores is a one-line error here, not per item
+
+    def estimate(item) -> float | None:
+        kernels = kernels_of(item, p)
+        return None if kernels is None else sum(k.ns(spec) for k in kernels)
+
+    return estimate
+
+
+__all__ = ["GPUS", "GPUSpec", "GemmShape", "Kernel", "Precision", "dtype_kind", "estimate_ns", "estimator",
+           "gemm_ns", "gemm_tflops", "gpu_spec", "item_kernels", "known_gpu", "memory_ns", "precision"]
