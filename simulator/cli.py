@@ -1,9 +1,17 @@
-"""``python -m simulator``: simulate one training iteration of a SimAI workload file.
+"""``python -m simulator``: simulate one training iteration of a SimAI workload file, or of a whole
+Megatron job given by the generators' flags.
 
 SimAI-analytical's flags, same names (also with ``--long_names`` and ``--long-names``)::
 
     python -m simulator -w workload.txt -g 9216 -g_p_s 8 -n_p_s 8 -nv 360 -nic 48.5 -r run1-
     python -m simulator -w workload.txt -t Spectrum-X_128g_8gps_400Gbps_H100 --trace it.json --plot it.png
+
+Without ``-w``, the generators' flags describe the job (``python -m workload_generator.
+generate_megatron_workload --help`` lists them) and every pipeline stage of it is generated and
+simulated, computation priced by the compute model for ``--gpu_type`` (or ``--comp_filepath``)::
+
+    python -m simulator --model topo -t topo.txt --gpu_type A100 --model_name gpt3_175B --world_size 1024 \
+        --tensor_model_parallel_size 8 --pipeline_model_parallel 8 --global_batch 1024 --json
 
 ``--model simai`` (the default without ``-t``) is SimAI 1.7's analytical model; ``--model topo``
 (the default with ``-t/--topology``) is ours: NCCL's costs over the topology, the real pipeline
@@ -21,19 +29,26 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import Any
 
-from utils.cli import CliParser, fraction, non_negative, number, positive_int, positive_number
+from utils.cli import CliParser, add_job_flags, fraction, non_negative, number, positive_int, positive_number
 from utils.errors import ConfigError
 
 PROG = "simulator"
 MODEL_CHOICES = ("simai", "topo")
+JOB_GROUPS = ("general", "model", "Megatron", "MoE", "AIOB", "DeepSeek")
+"""The generators' flag groups the whole-job mode takes."""
+JOB_SKIP = ("output", "output_dir", "workload_only", "enable_visual", "pp_rank", "epoch_num")
+"""Generator flags that mean nothing to a simulation of the whole job."""
 
 
 def build_parser() -> CliParser:
-    """The argument parser (SimAI-analytical's flag names)."""
+    """The argument parser (SimAI-analytical's flag names, then the generators' job flags)."""
     p = CliParser(prog=PROG, allow_abbrev=False,
-                  description="Simulate one training iteration of a SimAI workload (times in microseconds).")
-    p.add_argument("-w", "--workload", required=True, metavar="FILE", help="SimAI workload file (.txt)")
+                  description="Simulate one training iteration of a SimAI workload, or of the whole job the "
+                              "generators' flags describe (times in microseconds).")
+    p.add_argument("-w", "--workload", metavar="FILE",
+                   help="SimAI workload file (.txt); without it, the job flags below describe the job")
     p.add_argument("--model", choices=MODEL_CHOICES, default=None,
                    help="simai: SimAI 1.7's analytical model (SIMAI_ANALYTICAL.md); topo: ours (SIM_MODEL.md). "
                         "Default: topo with -t, else simai")
@@ -76,7 +91,11 @@ def build_parser() -> CliParser:
                       help="multiply every latency term of NCCL's model (0: bandwidth only; default 1)")
     topo.add_argument("--peak_tflops", "--peak-tflops", type=positive_number, metavar="TFLOPS",
                       help="dense peak TFLOP/s per GPU for the MFU (default by GPU type)")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object on the last line of stdout (iteration_s, compute_s, exposed_comm_s, "
+                        "bubble_s, tflops_per_gpu, mfu, ...)")
     p.add_argument("-q", "--quiet", action="store_true", help="do not print the summary")
+    p.set_defaults(job_flags=frozenset(add_job_flags(p, JOB_GROUPS, JOB_SKIP)))
     return p
 
 
@@ -88,17 +107,88 @@ TOPO_ONLY = (("topology", "-t/--topology", None), ("trace", "--trace", None),
              ("latency_scale", "--latency_scale", 1.0), ("peak_tflops", "--peak_tflops", None))
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Parse flags, simulate, write the result files, print the summary.  Returns the exit status."""
-    args = build_parser().parse_args(argv)
-    # Heavy imports after the flags are known to be well-formed.
-    from simulator import api, report
+def job_of(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+    """The whole-job mode's validated job and resolved flag values, from the job flags the user gave
+    (and ``--gpu_type``, ``-g``, ``--overlap_grad_reduce``, which both modes share)."""
+    from utils.cli import job_from, resolve
+
+    given = {dest: getattr(args, dest) for dest in args.job_flags if hasattr(args, dest)}
+    if args.gpu_type is not None:
+        given["gpu_type"] = args.gpu_type
+    if args.overlap_grad_reduce is not None:
+        given["overlap_grad_reduce"] = args.overlap_grad_reduce
+    if args.gpus is not None:
+        if given.setdefault("world_size", args.gpus) != args.gpus:
+            raise ConfigError(f"-g {args.gpus} differs from --world_size {given['world_size']}")
+    values = resolve(given)
+    job = job_from(values)
+    if job.training.gpu_type is not None:
+        from mocked_model.compute import gpu_spec
+
+        gpu_spec(job.training.gpu_type)  # one line naming the GPU table when the type is unknown
+    if job.training.frame not in ("Megatron", "DeepSeek"):
+        raise ConfigError(f"--frame {job.training.frame}: the simulator takes Megatron and DeepSeek jobs (give -w FILE "
+                          "for a SimAI workload)")
+    return job, values
+
+
+def _job_name(job: Any, values: dict[str, Any]) -> str:
+    p = job.parallel
+    return f"{values.get('model_name') or job.model.name}-tp{p.tp}-pp{p.pp}-dp{p.dp}-gbs{p.global_batch}.job"
+
+
+def json_summary(result: Any, job: Any = None) -> dict[str, Any]:
+    """The ``--json`` object: iteration, the busiest stage's compute, exposed communication (every group,
+    pipeline transfers included) and bubble, in seconds, model TFLOP/s per GPU and MFU (Megatron's FLOP
+    count, recomputation excluded, against the dense bf16 peak)."""
+    t = result.totals
+    iteration_s = result.iteration_us / 1e6
+    out: dict[str, Any] = {
+        "model": result.model, "iteration_s": iteration_s, "compute_s": t.compute_us / 1e6,
+        "exposed_comm_s": max(t.total_us - t.compute_us - t.bubble_us, 0.0) / 1e6, "bubble_s": t.bubble_us / 1e6,
+    }
+    details = result.details
+    flops = details.model_flops if details is not None else None
+    mfu = details.mfu if details is not None else None
+    gpus = result.setup.get("gpus")
+    if flops is None and job is not None:
+        from mocked_model.compute import gpu_spec, known_gpu
+        from mocked_model.flops import model_flops
+
+        flops = model_flops(job)
+        if known_gpu(job.training.gpu_type) and iteration_s > 0:
+            mfu = flops / (iteration_s * job.parallel.world_size * gpu_spec(job.training.gpu_type).bf16_tflops * 1e12)
+    if flops and gpus and iteration_s > 0:
+        out["tflops_per_gpu"] = flops / gpus / iteration_s / 1e12
+    out["mfu"] = mfu
+    for key in ("tp", "pp", "dp", "ep", "ga", "chunks", "gpus"):
+        if key in result.setup:
+            out[key] = result.setup[key]
+    return out
+
+
+def simulate_args(args: argparse.Namespace) -> tuple[Any, str, Any]:
+    """Simulate what parsed flags describe: ``(result, the input's name, the job or None)``.  The one path
+    the command line, ``python -m simulator validate`` and scripts share."""
+    from simulator import api
     from simulator.options import SimAIOptions, TopoOptions
 
     model = args.model or ("topo" if args.topology else "simai")
     if model not in api.MODELS:
         raise ConfigError(f"--model {model} is not available in this version (available: {', '.join(api.MODELS)})")
+    job = values = None
+    if args.workload is None:
+        given = sorted(d for d in args.job_flags if hasattr(args, d))
+        if not given:
+            raise ConfigError("give -w FILE (a SimAI workload) or the job's flags (e.g. --model_name NAME --world_size N "
+                              "--gpu_type GPU); see --help")
+        job, values = job_of(args)
+    else:
+        stray = sorted(d for d in args.job_flags if hasattr(args, d))
+        if stray:
+            raise ConfigError(f"--{stray[0]} describes a job: give the job's flags without -w, or -w FILE without them")
     notes: list[str] = []
+    gpu_type = _simai_gpu(args.gpu_type) if job is not None else args.gpu_type
     if model == "simai":
         given = [flag for name, flag, default in TOPO_ONLY if getattr(args, name) != default]
         if given:
@@ -106,9 +196,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                               "or timeline)")
         options = SimAIOptions(
             gpus=args.gpus, gpus_per_server=args.gpus_per_server, nics_per_server=args.nics_per_server,
-            nvlink_bw=args.nvlink_bw, nic_busbw=args.nic_busbw, gpu_type=args.gpu_type, nic_type=args.nic_type,
-            dp_overlap=args.dp_overlap, tp_overlap=args.tp_overlap, ep_overlap=args.ep_overlap,
-            pp_overlap=args.pp_overlap, pp_busbw=args.pp_busbw,
+            nvlink_bw=args.nvlink_bw, nic_busbw=args.nic_busbw, gpu_type=gpu_type,
+            nic_type=args.nic_type, dp_overlap=args.dp_overlap, tp_overlap=args.tp_overlap,
+            ep_overlap=args.ep_overlap, pp_overlap=args.pp_overlap, pp_busbw=args.pp_busbw,
         )
     else:
         for name, flag, default in SIMAI_ONLY:
@@ -116,16 +206,32 @@ def main(argv: Sequence[str] | None = None) -> int:
                 notes.append(f"{flag} is SimAI's knob and is ignored by --model topo (overlap comes from the schedule)")
         options = TopoOptions(
             gpus=args.gpus, gpus_per_server=args.gpus_per_server, nics_per_server=args.nics_per_server,
-            nvlink_bw=args.nvlink_bw, nic_busbw=args.nic_busbw, gpu_type=args.gpu_type, nic_type=args.nic_type,
-            nvlink_efficiency=args.nvlink_efficiency, nic_efficiency=args.nic_efficiency,
+            nvlink_bw=args.nvlink_bw, nic_busbw=args.nic_busbw, gpu_type=gpu_type,
+            nic_type=args.nic_type, nvlink_efficiency=args.nvlink_efficiency, nic_efficiency=args.nic_efficiency,
             latency_scale=args.latency_scale, overlap_grad_reduce=args.overlap_grad_reduce,
             tp_comm_overlap=args.tp_comm_overlap, peak_tflops=args.peak_tflops,
+            compute_source=values.get("compute_source") if values else None,
         )
-    result = api.simulate(args.workload, args.topology, options, model=model)
+    if job is not None:
+        result = simulate_job(job, args.topology, options, model)
+        source = _job_name(job, values)
+    else:
+        result = api.simulate(args.workload, args.topology, options, model=model)
+        source = args.workload
     result.warnings.extend(notes)
     if args.visual:
         result.warnings.append("-v/--visual is accepted for SimAI compatibility; no HTML chart is written (see --plot)")
-    prefix = report.output_prefix(args.result, args.result_folder, args.workload)
+    return result, source, job
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse flags, simulate, write the result files, print the summary.  Returns the exit status."""
+    args = build_parser().parse_args(argv)
+    # Heavy imports after the flags are known to be well-formed.
+    from simulator import report
+
+    result, source, job = simulate_args(args)
+    prefix = report.output_prefix(args.result, args.result_folder, source)
     contents: dict[str, str | bytes] = dict(report.result_texts(result, prefix))
     if args.trace:
         from simulator.trace import trace_text
@@ -139,6 +245,54 @@ def main(argv: Sequence[str] | None = None) -> int:
     for message in result.warnings:
         print(f"{PROG}: warning: {message}", file=sys.stderr)
     if not args.quiet:
+        stages = result.setup.get("pp") or 1
+        if job is None and result.model == "topo" and stages > 1:
+            print(f"note: {args.workload} describes one pipeline stage; each of the {stages} stages runs its records "
+                  "(give the job's flags instead of -w to simulate every stage as Megatron builds it)")
         print(report.summary_text(result))
         print(f"wrote {', '.join(paths)}")
+    if args.json:
+        import json
+
+        print(json.dumps(json_summary(result, job)))
     return 0
+
+
+def _simai_gpu(gpu_type: str | None) -> str | None:
+    """The GPU type SimAI's options take (its NVLink default table); other types of the compute model's
+    table (B200, H200, ...) leave the options' type unset."""
+    from simulator.options import GPU_NVLINK_GIBPS
+
+    if gpu_type is None:
+        return None
+    name = gpu_type.strip().upper()
+    if name in GPU_NVLINK_GIBPS:
+        return name
+    from mocked_model.compute import known_gpu
+
+    if known_gpu(gpu_type):
+        return None
+    return gpu_type
+
+
+def simulate_job(job: Any, topology: str | None, options: Any, model: str) -> Any:
+    """Simulate a whole job: the topo model plays every stage; SimAI's model runs the SimAI records
+    derived from the job (one stage, as SimAI assumes), with the job's computation priced alike."""
+    from simulator import api
+
+    if model == "topo":
+        return api.simulate(job, topology, options, model="topo")
+    from dataclasses import replace
+
+    from workload_generator.compute_times import default_source, fill_job_times
+    from workload_generator.megatron import MegatronWorkload
+    from workload_generator.simai_training import derive_simai
+
+    job = replace(job, training=replace(job.training, computation_enable=True))
+    source = default_source(job, options and getattr(options, "compute_source", None), model_default=True)
+    if source == "placeholder":
+        raise ConfigError("simulating a job needs computation times: give --gpu_type (the compute model), "
+                          "--comp_filepath FILE or --aiob_enable")
+    gen = MegatronWorkload(job)
+    fill_job_times(gen().items, job, source)
+    return api.simulate(derive_simai(gen).workload, None, options, model="simai")

@@ -89,7 +89,8 @@ def build_fabric(topology: Any, options: TopoOptions, gpus: int) -> tuple[Any, L
     topo = topology if isinstance(topology, Topology) else read_topology(topology)
     source = topo.source or "the topology"
     if topo.gpu_count < gpus:
-        raise ConfigError(f"{source} has {topo.gpu_count} GPUs, fewer than the workload's {gpus}")
+        raise ConfigError(f"{source} has {topo.gpu_count} GPUs, fewer than the {gpus} the workload runs on "
+                          "(--world_size / -g)")
     if options.gpus_per_server is not None and options.gpus_per_server != topo.gpus_per_server:
         raise ConfigError(f"-g_p_s {options.gpus_per_server} contradicts {source}, which has {topo.gpus_per_server} "
                           "GPUs per server")

@@ -65,7 +65,7 @@ AICB = str(EXAMPLES / "aicb_simai_L7B_megatron_tp2_pp1_mbs1_A100.txt")
     (("-w", EXAMPLE, "-g", "9216", "--model", "topo"),
      "--model topo needs -t/--topology FILE, or -g_p_s/--gpus_per_server"),
     (("-w", EXAMPLE, "-g", "0"), "argument -g/--gpus: expected a positive integer"),
-    ((*FLAGS,), "the following arguments are required: -w/--workload"),
+    ((*FLAGS,), "give -w FILE (a SimAI workload) or the job's flags"),
 ])
 def test_bad_inputs_end_with_one_line_and_no_output(tmp_path, args, message):
     done = run_cli("-m", "simulator", *args, cwd=tmp_path)

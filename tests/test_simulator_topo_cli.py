@@ -99,7 +99,7 @@ def test_plot_works_for_the_simai_model_too(tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (("-t", TOPO16, "-g", "12"), "-g 12 GPUs is not a multiple of tp*pp = 4*2 = 8"),
-    (("-t", TOPO16, "-g", "32"), "has 16 GPUs, fewer than the workload's 32"),
+    (("-t", TOPO16, "-g", "32"), "has 16 GPUs, fewer than the 32 the workload runs on"),
     (("--model", "topo"), "--model topo needs -t/--topology FILE, or -g_p_s/--gpus_per_server"),
     (("--model", "simai", "-g_p_s", "8", "-n_p_s", "8", "--trace", "x.json"), "--trace need(s) --model topo"),
     (("--model", "simai", "-g_p_s", "8", "-n_p_s", "8", "-t", TOPO16), "-t/--topology need(s) --model topo"),

@@ -295,13 +295,29 @@ def build_parser(prog: str, description: str, extra: Callable[[argparse.Argument
     :func:`resolve` fills in the rest."""
     parser = CliParser(prog=prog, description=description, allow_abbrev=False,
                        argument_default=argparse.SUPPRESS)
+    add_job_flags(parser, groups)
+    if extra is not None:
+        extra(parser)
+    return parser
+
+
+def add_job_flags(parser: argparse.ArgumentParser, groups: Sequence[str] | None = None,
+                  skip: Sequence[str] = ()) -> set[str]:
+    """Add the job flags of ``groups`` (all by default) to ``parser``, every default ``SUPPRESS``; flags
+    whose destination is in ``skip`` or whose spellings the parser already has are left out (another
+    tool's own flag of the same name wins).  Returns the destinations added."""
+    added: set[str] = set()
+    taken = set(getattr(parser, "_option_string_actions", {}))
     for title, flags in ALL_GROUPS.items():
         if groups is not None and title not in groups:
             continue
         group = parser.add_argument_group(title)
         for flag in flags:
-            names = [s for name in flag.names for s in _spellings(name)]
-            kwargs: dict[str, Any] = {"dest": flag.dest, "help": f"{flag.help} (default: {flag.default})"}
+            names = [s for name in flag.names for s in _spellings(name) if s not in taken]
+            if flag.dest in skip or not names:
+                continue
+            kwargs: dict[str, Any] = {"dest": flag.dest, "help": f"{flag.help} (default: {flag.default})",
+                                      "default": argparse.SUPPRESS}
             if flag.action is not None:
                 kwargs["action"] = flag.action
             else:
@@ -310,9 +326,8 @@ def build_parser(prog: str, description: str, extra: Callable[[argparse.Argument
                 if flag.choices is not None:
                     kwargs["choices"] = flag.choices
             group.add_argument(*names, **kwargs)
-    if extra is not None:
-        extra(parser)
-    return parser
+            added.add(flag.dest)
+    return added
 
 
 def resolve(given: dict[str, Any]) -> dict[str, Any]:

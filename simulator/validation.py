@@ -1,0 +1,148 @@
+"""``python -m simulator validate``: published training runs through the same path a user takes.
+
+Each case is a whole-job command line (``python -m simulator -t TOPOLOGY --gpu_type ... <job flags>``)
+on a topology ``python -m topo.gen`` writes; the suite builds the topology in a temporary folder,
+parses the command with the simulator's own parser and simulates it with
+:func:`simulator.cli.simulate_args`, then prints published and simulated seconds per iteration and
+the error.  ``--json`` prints the rows as one JSON list on the last line; ``--show`` prints the
+commands that reproduce each row.
+
+The runs (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models",
+arXiv 2205.05198, Table 5): Selene, DGX A100 80GB (8 GPUs per node, NVLink 600 GB/s bidirectional,
+8 x HDR 200 Gb/s per node), GPT models of sequence 2048 and vocabulary 51200, data-parallel size 1,
+fp16; Megatron-LM of early 2022 (no flash attention, dropout 0.1, biases, learned positions; without
+sequence parallelism each TP rank sends 1/tp of the activation between stages and gathers it after,
+Megatron's scatter-gather optimisation of the time).  Published seconds per iteration for full
+recomputation and for sequence parallelism with selective recomputation.  Nothing in the compute or
+network model was fitted to these times (mocked_model/compute cites its kernel-level sources).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from utils.cli import CliParser
+
+PROG = "simulator validate"
+CALCULON_MEAN_ERROR_PCT = 3.65
+"""Calculon's mean error on the same eight runs (Isaev et al., SC23, "Calculon: a methodology and tool for
+high-level co-design of systems and large language models")."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One published run: its name, source, seconds per iteration, the job's flags and the topology's."""
+
+    name: str
+    source: str
+    published_s: float
+    job_flags: tuple[str, ...]
+    topology_flags: tuple[str, ...]
+    topology_file: str
+
+    def simulator_argv(self, topology_path: str) -> list[str]:
+        return ["-t", topology_path, *self.job_flags]
+
+    def commands(self) -> str:
+        """The two shell commands that reproduce the row."""
+        topo = "python -m topo.gen " + shlex.join([*self.topology_flags, "-o", self.topology_file])
+        sim = "python -m simulator " + shlex.join([*self.simulator_argv(self.topology_file), "--json"])
+        return f"{topo} && {sim}"
+
+
+_KORTHIKANTI = "Korthikanti et al. 2022, Table 5"
+_GPT = ("--seq_length", "2048", "--max_position_embeddings", "2048", "--vocab_size", "51200", "--dtype", "float16",
+        "--add_bias_linear", "--tensor_model_parallel_size", "8", "--micro_batch", "1", "--gpu_type", "A100")
+_FULL = ("--recompute_granularity", "full", "--scatter_gather_tensors_in_pipeline")
+_SELECTIVE = ("--recompute_granularity", "selective", "--enable_sequence_parallel")
+
+
+def _selene(gpus: int) -> tuple[tuple[str, ...], str]:
+    """A rail-optimised DGX A100 fabric: 8 GPUs per node on 2400 Gb/s (300 GB/s) NVLink each way, one
+    200 Gb/s HDR NIC per GPU."""
+    return (("--ro", "-g", str(gpus), "-gps", "8", "-gt", "A100", "-nvbw", "2400Gbps", "-bw", "200Gbps"),
+            f"selene_{gpus}g.txt")
+
+
+def _korthikanti(name: str, hidden: int, heads: int, layers: int, gpus: int, pp: int, chunks: int, batch: int,
+                 micro: int, full_s: float, selective_s: float) -> list[Case]:
+    flags = ["--hidden_size", str(hidden), "--num_attention_heads", str(heads), "--num_layers", str(layers),
+             "--world_size", str(gpus), "--pipeline_model_parallel", str(pp), "--global_batch", str(batch), *_GPT]
+    flags[flags.index("--micro_batch") + 1] = str(micro)
+    if chunks > 1:
+        flags += ["--num_virtual_stages_per_pipeline_rank", str(chunks)]
+    topo, path = _selene(gpus)
+    return [Case(f"{name} full recompute", _KORTHIKANTI, full_s, (*flags, *_FULL), topo, path),
+            Case(f"{name} seq-par + selective", _KORTHIKANTI, selective_s, (*flags, *_SELECTIVE), topo, path)]
+
+
+CASES: list[Case] = [
+    *_korthikanti("GPT 22B", 6144, 64, 48, 8, 1, 1, 4, 4, 1.42, 1.10),
+    *_korthikanti("GPT 175B", 12288, 96, 96, 64, 8, 3, 64, 1, 18.13, 13.75),
+    *_korthikanti("GPT 530B", 20480, 128, 105, 280, 35, 3, 280, 1, 49.05, 37.83),
+    *_korthikanti("GPT 1T", 25600, 160, 128, 512, 64, 1, 512, 1, 94.42, 71.49),
+]
+
+
+def run_case(case: Case, folder: str) -> dict:
+    """Write the case's topology into ``folder`` and simulate the case's command; its row."""
+    from simulator.cli import build_parser, simulate_args
+    from topo.gen import main as topo_main
+
+    path = os.path.join(folder, case.topology_file)
+    if not os.path.exists(path):
+        with open(os.devnull, "w") as sink:
+            saved, sys.stdout = sys.stdout, sink
+            try:
+                topo_main([*case.topology_flags, "-o", path])
+            finally:
+                sys.stdout = saved
+    args = build_parser().parse_args(case.simulator_argv(path))
+    result, _source, _job = simulate_args(args)
+    simulated = result.iteration_us / 1e6
+    return {"case": case.name, "source": case.source, "published_s": case.published_s, "simulated_s": simulated,
+            "error_pct": (simulated / case.published_s - 1) * 100, "mfu": result.details.mfu,
+            "command": case.commands()}
+
+
+def build_parser() -> CliParser:
+    p = CliParser(prog=PROG, allow_abbrev=False,
+                  description="Simulate published training runs through the whole-job command line and print the "
+                              "error of each (see simulator/validation.py for the sources).")
+    p.add_argument("--json", action="store_true", help="print the rows as one JSON list on the last line")
+    p.add_argument("--show", action="store_true", help="print the commands that reproduce each row")
+    p.add_argument("-k", "--cases", metavar="TEXT", help="only the cases whose name contains TEXT")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    cases = [c for c in CASES if args.cases is None or args.cases.lower() in c.name.lower()]
+    if not cases:
+        from utils.errors import ConfigError
+
+        raise ConfigError(f"--cases {args.cases!r} matches none of: {', '.join(c.name for c in CASES)}")
+    rows = []
+    with tempfile.TemporaryDirectory() as folder:
+        for case in cases:
+            rows.append(run_case(case, folder))
+            if not args.json:
+                row = rows[-1]
+                print(f"{row['case']:<28} {row['published_s']:>9.2f} s {row['simulated_s']:>9.2f} s "
+                      f"{row['error_pct']:>+7.1f}%", flush=True)
+                if args.show:
+                    print(f"    {row['command']}")
+    errors = [abs(r["error_pct"]) for r in rows]
+    if args.json:
+        print(json.dumps(rows))
+    else:
+        print(f"{len(rows)} runs ({_KORTHIKANTI}; published vs simulated seconds per iteration): mean |error| "
+              f"{sum(errors) / len(errors):.2f}%, max {max(errors):.2f}% (Calculon: {CALCULON_MEAN_ERROR_PCT}% mean "
+              "on the same runs)")
+    return 0

@@ -1,0 +1,159 @@
+"""``python -m simulator`` on a whole job (the generators' flags instead of a SimAI file), the uneven and
+interleaved pipeline it plays, and ``python -m simulator validate``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from mocked_model.flops import model_flops
+from simulator.api import simulate
+from simulator.options import TopoOptions
+from tests.conftest import EXAMPLES, ROOT, run_cli
+from utils.cli import parse_job
+from utils.config import JobConfig, TrainingConfig
+from utils.model_config import ModelConfig
+from utils.parallel import ParallelConfig
+
+TOPO16 = str(EXAMPLES / "topo_Spectrum-X_16g_8gps_400Gbps_H100")
+JOB = ("--model_name", "gpt_tiny", "--world_size", "16", "--tensor_model_parallel_size", "2",
+       "--pipeline_model_parallel", "2", "--global_batch", "16", "--seq_length", "128", "--enable_sequence_parallel")
+
+
+def last_json(stdout: str) -> dict:
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def test_whole_job_json_and_files(tmp_path):
+    done = run_cli("-m", "simulator", "-t", TOPO16, "--gpu_type", "H100", *JOB, "--json", "-r", "run-", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    row = last_json(done.stdout)
+    for key in ("iteration_s", "compute_s", "exposed_comm_s", "bubble_s", "tflops_per_gpu", "mfu"):
+        assert isinstance(row[key], float), key
+    # the busiest stage's terms add up to the iteration
+    assert row["compute_s"] + row["exposed_comm_s"] + row["bubble_s"] == pytest.approx(row["iteration_s"])
+    # Megatron's FLOP count: gpt_tiny (4 layers, hidden 256, vocab 1024, already a multiple of 128 x tp 2),
+    # seq 128, global batch 16: 72 * 16 * 128 * 4 * 256^2 * (1 + 128 / (6 * 256) + 1024 / (12 * 4 * 256))
+    # = 3.8655e10 * (1 + 1/12 + 1/12) = 4.5097e10
+    flops = 72 * 16 * 128 * 4 * 256**2 * (1 + 128 / (6 * 256) + 1024 / (12 * 4 * 256))
+    assert flops == pytest.approx(4.5097e10, rel=1e-4)
+    job, _ = parse_job(list(JOB), "t", "")
+    assert model_flops(job) == pytest.approx(flops)
+    assert row["tflops_per_gpu"] == pytest.approx(flops / 16 / row["iteration_s"] / 1e12)
+    assert row["mfu"] == pytest.approx(row["tflops_per_gpu"] / 989.4) and 0 < row["mfu"] < 1
+    assert (row["tp"], row["pp"], row["dp"]) == (2, 2, 4)
+    written = sorted(p.name for p in (tmp_path / "results").iterdir())
+    assert written == sorted(f"run-{s}" for s in ("EndToEnd.csv", "topo_stages.csv", "topo_layers.csv",
+                                                  "topo_collectives.csv"))
+    # the same job through the API (a JobConfig) gives the same iteration
+    job, _ = parse_job([*JOB, "--gpu_type", "H100"], "t", "")
+    assert simulate(job, TOPO16, TopoOptions()).iteration_us / 1e6 == pytest.approx(row["iteration_s"])
+
+
+@pytest.mark.parametrize("args, message", [
+    (("-t", TOPO16, "--gpu_type", "V42", *JOB), "--gpu_type 'V42' is not in the GPU table"),
+    (("-t", TOPO16, "--gpu_type", "H100", *JOB[:3], "32", *JOB[4:], "--global_batch", "32"),
+     "has 16 GPUs, fewer than the 32 the workload runs on"),
+    (("-t", TOPO16, "--gpu_type", "H100", *JOB, "--num_attention_heads", "7"),
+     "--num_attention_heads 7 is not divisible by --tensor_model_parallel_size 2"),
+    (("-t", TOPO16, *JOB), "simulating a job needs computation times: give --gpu_type"),
+    (("-t", TOPO16, "--gpu_type", "H100", *JOB, "--frame", "DeepSpeed"), "--frame DeepSpeed"),
+    (("-w", str(EXAMPLES / "simai_micro_allreduce.txt"), "--world_size", "8"), "--world_size describes a job"),
+])
+def test_whole_job_bad_inputs(tmp_path, args, message):
+    done = run_cli("-m", "simulator", *args, "--plot", str(tmp_path / "p.png"), cwd=tmp_path)
+    assert done.returncode == 2
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("simulator: error: ") and message in lines[0], done.stderr
+    assert done.stdout == "" and not (tmp_path / "results").exists() and not (tmp_path / "p.png").exists()
+
+
+def test_simai_file_says_it_describes_one_stage(tmp_path):
+    from workload_generator.simai import SimAIHeader, SimAILayer, SimAIWorkload
+
+    header = SimAIHeader.transformer(tp=2, ep=1, pp=2, vpp=1, ga=2, all_gpus=16, pp_comm=4096)
+    layer = SimAILayer("layer", -1, 1000, "ALLREDUCE", 1024, 1000, "NONE", 0, 1000, "NONE", 0, 100)
+    path = tmp_path / "w.txt"
+    SimAIWorkload(header, [layer, layer]).write(path)
+    done = run_cli("-m", "simulator", "-w", str(path), "-t", TOPO16, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "describes one pipeline stage" in done.stdout.splitlines()[0]
+
+
+def test_simai_model_on_a_whole_job(tmp_path):
+    # --model simai derives the SimAI records of the job (one stage, as SimAI assumes) and runs SimAI's model
+    done = run_cli("-m", "simulator", "--model", "simai", "-g_p_s", "8", "-n_p_s", "8", "--gpu_type", "H100", *JOB,
+                   "--json", "-q", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    row = last_json(done.stdout)
+    assert row["model"] == "simai" and row["iteration_s"] > 0 and 0 < row["mfu"] < 1
+
+
+# ---- uneven stages with interleaving, played ---------------------------------------------------------
+
+TINY126 = ModelConfig(name="tiny126", hidden_size=64, num_layers=126, num_attention_heads=4, ffn_hidden_size=128,
+                      vocab_size=256, max_position_embeddings=64)
+
+
+def one_us(item) -> float:
+    return 1000.0
+
+
+@pytest.mark.parametrize("layout", [
+    dict(first_stage_layers=6, last_stage_layers=8, virtual_stages=2),            # Megatron core's uneven split
+    dict(embedding_in_split=True, loss_in_split=True, virtual_stages=4),        # Llama 3's: embedding and loss as layers
+])
+def test_126_layers_on_16_interleaved_stages(layout):
+    parallel = ParallelConfig(world_size=16, pp=16, micro_batch=1, global_batch=16, **layout)
+    job = JobConfig(TINY126, parallel, TrainingConfig(seq_length=32, computation_enable=True))
+    options = TopoOptions(gpus_per_server=8, nvlink_bw=1e6, nic_busbw=1e6, latency_scale=0.0, compute_time_ns=one_us)
+    result = simulate(job, None, options)
+    stages = result.details.stages
+    assert len(stages) == 16
+    # every stage's terms add up to the iteration, which no stage's own work exceeds
+    for st in stages:
+        assert st.compute_us + st.exposed_comm_us + st.pp_exposed_us + st.bubble_us == pytest.approx(result.iteration_us)
+    # with free communication and each computation item 1 us, a stage computes for as many us as its
+    # iteration has computation items (its chunks' forwards and backwards of 16 micro-batches, and the
+    # optimizer step)
+    from workload_generator.megatron import MegatronWorkload
+
+    for s in (0, 7, 15):
+        items = [i for i in MegatronWorkload(job, pp_rank=s)().iterations()[1] if i.is_computation]
+        assert stages[s].compute_us == pytest.approx(len(items))
+    # the uneven split shows in the compute: the first stage (embedding, 6 or 7 layers) computes less
+    # than a middle one (8 layers)
+    counts = parallel.stage_layers(126)
+    assert sum(counts) == 126 and counts[0] < counts[7]
+    assert stages[0].compute_us < stages[7].compute_us
+    assert result.details.mfu is None  # no peak without a GPU type
+
+
+# ---- the validation suite ---------------------------------------------------------------------------
+
+def test_validation_suite_meets_its_bar():
+    done = run_cli("-m", "simulator", "validate", "--json", timeout=600)
+    assert done.returncode == 0, done.stderr
+    rows = last_json(done.stdout)
+    assert len(rows) == 8
+    errors = [abs(r["error_pct"]) for r in rows]
+    assert sum(errors) / len(errors) <= 5.0 and max(errors) <= 10.0, errors
+    for r in rows:
+        assert r["error_pct"] == pytest.approx((r["simulated_s"] / r["published_s"] - 1) * 100)
+        assert 0 < r["mfu"] < 1
+
+
+def test_a_validation_row_reproduces_with_its_command(tmp_path):
+    done = run_cli("-m", "simulator", "validate", "--json", "-k", "22B seq-par", timeout=300)
+    assert done.returncode == 0, done.stderr
+    (row,) = last_json(done.stdout)
+    command = row["command"].replace("python ", f"{sys.executable} ")
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    shell = subprocess.run(command, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert shell.returncode == 0, shell.stderr
+    assert last_json(shell.stdout)["iteration_s"] == pytest.approx(row["simulated_s"])
+    bad = run_cli("-m", "simulator", "validate", "-k", "nothing")
+    assert bad.returncode == 2 and "matches none of" in bad.stderr
