@@ -157,3 +157,19 @@ def test_a_validation_row_reproduces_with_its_command(tmp_path):
     assert last_json(shell.stdout)["iteration_s"] == pytest.approx(row["simulated_s"])
     bad = run_cli("-m", "simulator", "validate", "-k", "nothing")
     assert bad.returncode == 2 and "matches none of" in bad.stderr
+
+
+def test_fp8_changes_only_the_gemms_and_mfu_stays_against_the_bf16_peak():
+    # the same job in bf16 and FP8 on H100: the same collectives (sizes in bf16 either way), faster GEMMs
+    # (large enough here for the FP8 peak to beat the casts), so a shorter iteration and a higher MFU, which
+    # is still counted against the dense bf16 peak and < 1
+    base = ["--model_name", "gpt_13B", "--world_size", "16", "--tensor_model_parallel_size", "8",
+            "--pipeline_model_parallel", "2", "--global_batch", "16", "--seq_length", "2048", "--enable_sequence_parallel",
+            "--gpu_type", "H100", "--use_flash_attn"]
+    bf16, _ = parse_job(base, "t", "")
+    fp8, _ = parse_job([*base, "--dtype", "float8"], "t", "")
+    a, b = simulate(bf16, TOPO16, TopoOptions()), simulate(fp8, TOPO16, TopoOptions())
+    comm = [(c.group, c.comm_type, c.size_bytes, c.count) for c in a.details.collectives]
+    assert comm == [(c.group, c.comm_type, c.size_bytes, c.count) for c in b.details.collectives]
+    assert b.iteration_us < a.iteration_us and a.details.mfu < b.details.mfu < 1
+    assert a.details.peak_tflops == b.details.peak_tflops == 989.4
