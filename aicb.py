@@ -13,7 +13,7 @@ import os
 import sys
 
 from utils.cli import parse_job, run_main
-from workload_generator.entry import build_timed_workload, default_workload_path
+from workload_generator.entry import build_timed_workload, default_workload_path, report_memory
 
 PROG = "aicb.py"
 
@@ -42,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         path = values.get("output") or default_workload_path(job, values, workload.generator or job.training.frame.lower())
         workload.dump(path)
         print(f"Workload file generated: {path} ({len(workload)} items, pipeline rank {job.parallel.pp_rank})")
+        report_memory(job, values)
         return 0
     from workload_applyer import replay_main
 

@@ -384,7 +384,9 @@ TERM_COLS = [Col("term", "term", "text"), Col("time_us", "time (us)"), Col("time
 STAGE_COLS = [Col("stage", "stage", "int"), Col("compute_us", "compute (us)"), Col("tp_exposed_us", "exposed TP (us)"),
               Col("ep_exposed_us", "exposed EP (us)"), Col("dp_exposed_us", "exposed DP (us)"),
               Col("dp_ep_exposed_us", "exposed DP_EP (us)"), Col("pp_exposed_us", "exposed PP (us)"),
-              Col("other_exposed_us", "exposed other (us)"), Col("bubble_us", "bubble (us)"), Col("end_us", "end (us)")]
+              Col("other_exposed_us", "exposed other (us)"), Col("bubble_us", "bubble (us)"), Col("end_us", "end (us)"),
+              Col("memory_gib", "memory per GPU (GiB)"), Col("memory_weights_gib", "weights (GiB)"),
+              Col("memory_activations_gib", "activations (GiB)")]
 LAYER_COLS = [Col("stage", "stage", "int"), Col("layer", "layer", "text"), Col("records", "records", "int"),
               Col("fwd_compute_us", "fwd compute (us)"), Col("bwd_compute_us", "bwd compute (us)"),
               Col("comm_us", "comm (us)"), Col("exposed_comm_us", "exposed comm (us)"),
@@ -412,6 +414,10 @@ def sim_sections(sim: Any, image_format: str = "png", prefix: str = "sim", headi
     cards = [("iteration", f"{fmt_value(sim.iteration_us / 1000, 'num')} ms", f"{sim.model} model"),
              ("compute", share("compute_us"), "of the total"), ("exposed comm", share("exposed_comm_us"), "of the total"),
              ("bubble", share("bubble_us"), "of the total")]
+    if sim.stages is not None and "memory_gib" in sim.stages.columns and len(sim.stages):
+        busiest = sim.stages.loc[sim.stages["memory_gib"].idxmax()]
+        cards.append(("memory per GPU", f"{fmt_value(busiest['memory_gib'], 'num')} GiB",
+                      f"most loaded: stage {int(busiest['stage'])}"))
     notes = list(sim.notes)
     if sim.stages is not None and len(sim.stages) > 1:
         notes.append("EndToEnd's terms describe one stage (the busiest: least bubble); every stage is in the table below.")

@@ -164,6 +164,8 @@ def json_summary(result: Any, job: Any = None) -> dict[str, Any]:
     for key in ("tp", "pp", "dp", "ep", "ga", "chunks", "gpus"):
         if key in result.setup:
             out[key] = result.setup[key]
+    if result.memory is not None:
+        out.update(result.memory.summary())
     return out
 
 
@@ -250,6 +252,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"note: {args.workload} describes one pipeline stage; each of the {stages} stages runs its records "
                   "(give the job's flags instead of -w to simulate every stage as Megatron builds it)")
         print(report.summary_text(result))
+        if result.memory is not None:
+            print(result.memory.table())
         print(f"wrote {', '.join(paths)}")
     if args.json:
         import json
@@ -295,4 +299,10 @@ def simulate_job(job: Any, topology: str | None, options: Any, model: str) -> An
                           "--comp_filepath FILE or --aiob_enable")
     gen = MegatronWorkload(job)
     fill_job_times(gen().items, job, source)
-    return api.simulate(derive_simai(gen).workload, None, options, model="simai")
+    result = api.simulate(derive_simai(gen).workload, None, options, model="simai")
+    from mocked_model.memory import estimate_memory
+
+    result.memory = estimate_memory(job, job.training.gpu_type)
+    if result.memory.warning():
+        result.warnings.append(result.memory.warning())
+    return result

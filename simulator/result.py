@@ -219,6 +219,8 @@ class SimulationResult:
     warnings: list[str] = field(default_factory=list)
     details: TopoDetails | None = None
     """Only ``--model topo`` fills this (stages, collectives, per-layer times, trace)."""
+    memory: Any = None
+    """A job's memory per GPU (:class:`mocked_model.memory.MemoryEstimate`); None for SimAI files."""
 
     @property
     def iteration_us(self) -> float:
@@ -315,10 +317,21 @@ def _need_details(result: SimulationResult):
     return result.details
 
 
+MEMORY_HEADER = ("memory_gib", "memory_weights_gib", "memory_activations_gib")
+"""Per-stage memory columns of ``topo_stages.csv`` when the input was a job (GiB = 2^30 bytes)."""
+
+
 def stage_rows(result: SimulationResult) -> list[list[Any]]:
-    """Topo model: a header row, then one row per pipeline stage (microseconds)."""
+    """Topo model: a header row, then one row per pipeline stage (microseconds; with a job's memory per
+    GPU in GiB after them)."""
     details = _need_details(result)
-    return [list(STAGE_HEADER)] + [[getattr(st, name) for name in STAGE_HEADER] for st in details.stages]
+    rows = [list(STAGE_HEADER)] + [[getattr(st, name) for name in STAGE_HEADER] for st in details.stages]
+    memory = result.memory
+    if memory is not None and len(memory.stages) == len(details.stages):
+        rows[0] += MEMORY_HEADER
+        for row, stage in zip(rows[1:], memory.stages):
+            row += [stage.total_bytes / 2**30, stage.weights_bytes / 2**30, stage.activations_bytes / 2**30]
+    return rows
 
 
 def collective_rows(result: SimulationResult) -> list[list[Any]]:

@@ -375,7 +375,15 @@ class TopoModel:
             overlap_grad_reduce=self.options.overlap_grad_reduce, tp_comm_overlap=self.options.tp_comm_overlap,
             mfu=mfu, peak_tflops=peak,
         )
-        return SimulationResult("topo", self.path, layers, totals, setup, list(dict.fromkeys(self.warnings)), details)
+        memory = None
+        if self.job is not None:
+            from mocked_model.memory import estimate_memory
+
+            memory = estimate_memory(self.job, self.job.training.gpu_type or self.fabric.gpu_type)
+            if memory.warning():
+                self.warnings.append(memory.warning())
+        return SimulationResult("topo", self.path, layers, totals, setup, list(dict.fromkeys(self.warnings)), details,
+                                memory)
 
     # ---- result tables ----------------------------------------------------------------------------
 

@@ -146,6 +146,8 @@ GENERAL = [
        "bf16 activations and communication)", type=str),
     _switch("--enable_visual", "write plots of the replay results"),
     _switch("--workload_only", "generate the workload and stop (no replay)"),
+    _switch("--memory", "print the memory per GPU of the job (parameters, gradients, optimizer states, activations) "
+            "and warn when it does not fit --gpu_type"),
     _f(("--output", "-o"), None, "write the workload to this path instead of AICB's default location", type=str),
     _f("--output_dir", None, "directory for results (default: results/)", type=str),
 ]

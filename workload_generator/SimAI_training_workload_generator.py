@@ -22,6 +22,7 @@ from utils.cli import parse_job, run_main
 from utils.config import JobConfig
 from utils.errors import ConfigError
 from workload_generator.compute_times import default_source, fill_job_times
+from workload_generator.entry import report_memory
 from workload_generator.megatron import MegatronWorkload
 from workload_generator.simai_training import derive_simai
 
@@ -60,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     if derived.dropped:
         print("not in SimAI's format (left out): " + ", ".join(f"{k} x{v}" for k, v in sorted(derived.dropped.items())))
     print(f"workload save in : {path} ({len(derived.workload.records)} records, pipeline rank {job.parallel.pp_rank})")
+    report_memory(job, values)
     return 0
 
 

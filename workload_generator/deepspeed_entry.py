@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from utils.cli import parse_job
 from utils.errors import ConfigError
 from workload_generator.deepspeed import DeepSpeedConfig, deepspeed_workload
-from workload_generator.entry import default_workload_path
+from workload_generator.entry import default_workload_path, report_memory
 
 
 def entry_main(argv: Sequence[str], prog: str, stages: tuple[int, ...], default_stage: int) -> int:
@@ -34,4 +34,5 @@ def entry_main(argv: Sequence[str], prog: str, stages: tuple[int, ...], default_
     workload.dump(path)
     print(f"Workload file generated: {path} ({len(workload)} items, ZeRO stage {config.stage}, "
           f"{job.parallel.dp} data-parallel ranks)")
+    report_memory(job, values)
     return 0

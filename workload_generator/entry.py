@@ -52,6 +52,19 @@ def build_timed_workload(job: JobConfig, values: dict[str, Any], pp_rank: int | 
     return workload
 
 
+def report_memory(job: JobConfig, values: dict[str, Any], log: Callable[[str], None] = print) -> None:
+    """``--memory``: print the job's memory per GPU (:mod:`mocked_model.memory`) and a warning when the
+    most loaded GPU does not fit ``--gpu_type``."""
+    if not values.get("memory"):
+        return
+    from mocked_model.memory import estimate_memory
+
+    estimate = estimate_memory(job, job.training.gpu_type)
+    log(estimate.table())
+    if estimate.warning():
+        log(f"warning: {estimate.warning()}")
+
+
 def default_workload_path(job: JobConfig, values: dict[str, Any], generator_name: str) -> str:
     """AICB's file name: ``results/mocked_workload/<gen>_<model>_sp_<sp>_iteration_<n>_computationEnable_<c>_<W>n_workload.csv``
     (under ``--output_dir`` instead of ``results`` when given)."""

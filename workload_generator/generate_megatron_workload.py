@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 
 from utils.cli import parse_job, run_main
-from workload_generator.entry import build_workload, default_workload_path
+from workload_generator.entry import build_workload, default_workload_path, report_memory
 
 PROG = "generate_megatron_workload"
 
@@ -22,6 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     path = values.get("output") or default_workload_path(job, values, "megatron")
     workload.dump(path)
     print(f"Workload file generated: {path} ({len(workload)} items, pipeline rank {job.parallel.pp_rank})")
+    report_memory(job, values)
     return 0
 
 
