@@ -215,12 +215,35 @@ def _in_flight(job: JobConfig, stage: int) -> float:
     return min(warmup + 1, total) / chunks
 
 
-def stage_memory(job: JobConfig, stage: int, chunks: list) -> StageMemory:
-    """The memory of one GPU of ``stage``, whose model ``chunks`` (mocked modules) give the parameters."""
-    p, t, m = job.parallel, job.training, job.model
+@dataclass(frozen=True)
+class StageShape:
+    """What a stage's memory depends on: its parameters (all, and those of experts), its layers' kinds
+    as ``(layer index of the kind, count)``, and whether it holds the embedding and the loss."""
+
+    params: int
+    expert_params: int
+    layers: tuple[tuple[int, int], ...]
+    pre_process: bool
+    post_process: bool
+
+
+def stage_shape(chunks: list) -> StageShape:
+    """The shape of a stage from its model chunks (mocked modules)."""
     params = [q for chunk in chunks for q in chunk.parameters()]
-    local = sum(q.numel for q in params)
-    expert = sum(q.numel for q in params if q.is_expert)
+    kinds: dict[int, int] = {}
+    for chunk in chunks:
+        for i, layer in enumerate(getattr(chunk, "layers", [])):
+            index = getattr(layer, "layer", i)
+            kinds[index] = kinds.get(index, 0) + 1
+    return StageShape(sum(q.numel for q in params), sum(q.numel for q in params if q.is_expert), tuple(kinds.items()),
+                      any(getattr(c, "pre_process", False) for c in chunks),
+                      any(getattr(c, "post_process", False) for c in chunks))
+
+
+def stage_memory(job: JobConfig, stage: int, shape: StageShape) -> StageMemory:
+    """The memory of one GPU of ``stage`` of the given shape."""
+    p, t, m = job.parallel, job.training, job.model
+    local, expert = shape.params, shape.expert_params
     dense = local - expert
     out = StageMemory(stage, local)
     param_bytes = 4 if t.dtype.lower() in ("float32", "fp32", "float") else 2
@@ -241,22 +264,21 @@ def stage_memory(job: JobConfig, stage: int, chunks: list) -> StageMemory:
                       Term("gradients", t.grad_bytes * local, f"{t.grad_bytes} B main gradient per parameter"),
                       Term("optimizer states", optimizer_bytes * owned,
                            f"{optimizer_bytes} B (fp32 master, Adam moments) per owned parameter; {how}")]
-    layers = [getattr(layer, "layer", i) for chunk in chunks for i, layer in enumerate(getattr(chunk, "layers", []))]
-    if layers:
-        per_layer = sum(layer_activation_bytes(job, layer) for layer in layers)
+    if shape.layers:
+        per_layer = sum(layer_activation_bytes(job, layer) * count for layer, count in shape.layers)
         in_flight = _in_flight(job, stage)
         out.terms.append(Term("activations", per_layer * in_flight,
                               f"Korthikanti et al. 2022 Table 2 per layer x {in_flight:g} micro-batches in flight"))
         if t.recompute == "full":
-            worst = max(layer_activation_bytes(job, layer, "none") for layer in layers)
+            worst = max(layer_activation_bytes(job, layer, "none") for layer, _ in shape.layers)
             out.terms.append(Term("recompute working set", worst, "one layer recomputed in full"))
     tokens = t.seq_length * p.micro_batch
-    if any(getattr(c, "pre_process", False) for c in chunks):
+    if shape.pre_process:
         in_flight = _in_flight(job, stage) if p.pp > 1 else 1.0
         mask = tokens * m.hidden_size / (p.tp if p.sequence_parallel else 1) if m.hidden_dropout > 0 else 0.0
         out.terms.append(Term("embedding activations", (8 * tokens + mask) * in_flight,
                               "token ids (int64) and the embedding dropout mask per micro-batch in flight"))
-    if any(getattr(c, "post_process", False) for c in chunks):
+    if shape.post_process:
         hidden = t.dtype_bytes * tokens * m.hidden_size * 2 / (p.tp if p.sequence_parallel else 1)
         logits = 4 * tokens * job.padded_vocab_size / p.tp
         out.terms.append(Term("output-layer activations", hidden + logits,
@@ -282,13 +304,44 @@ def estimate_memory(job: JobConfig, gpu: str | None = None) -> MemoryEstimate:
 
         model = DeepSpeedLlama(DeepSpeedContext.of(job), job.model)
         model.pre_process = model.post_process = True  # one stage: embedding and loss alike
-        stages = [stage_memory(job, 0, [model])]
+        stages = [stage_memory(job, 0, stage_shape([model]))]
     else:
-        from mocked_model.megatron import MegatronChunk, MegatronContext, chunk_layout
-
-        ctx = MegatronContext.of(job)
-        stages = []
-        for stage in range(job.parallel.pp):
-            chunks = [MegatronChunk(job, first, count, pre, post, ctx) for first, count, pre, post in chunk_layout(job, stage)]
-            stages.append(stage_memory(job, stage, chunks))
+        stages = [stage_memory(job, s, shape) for s, shape in enumerate(megatron_stage_shapes(job))]
     return MemoryEstimate(stages, capacity, name)
+
+
+def megatron_stage_shapes(job: JobConfig) -> list[StageShape]:
+    """Each pipeline stage's shape, building one layer of each kind and one stage of each distinct
+    composition (the middle stages of a pipeline are alike)."""
+    from mocked_model.megatron import MegatronChunk, MegatronContext, TransformerLayer
+
+    p = job.parallel
+    ctx = MegatronContext.of(job)
+    kinds: dict[bool, TransformerLayer] = {}
+
+    def layer(c: MegatronContext, j: JobConfig, index: int) -> TransformerLayer:
+        # layers of one kind (dense or MoE) hold the same parameters: build one of each and share it
+        kind = j.model.is_moe_layer(index)
+        if kind not in kinds:
+            kinds[kind] = TransformerLayer(c, j, index)
+        return kinds[kind]
+
+    counts = p.virtual_stage_layers(job.model.num_layers)
+    offsets = [0]
+    for n in counts[:-1]:
+        offsets.append(offsets[-1] + n)
+    last = len(counts) - 1
+    shapes: dict[tuple, StageShape] = {}
+    out = []
+    for stage in range(p.pp):
+        chunks = [(offsets[u], counts[u], u == 0, u == last) for u in range(stage, len(counts), p.pp)]
+        kind_counts = tuple((first, count, pre, post, tuple(job.model.is_moe_layer(i) for i in range(first, first + count)))
+                            for first, count, pre, post in chunks)
+        key = tuple((count, pre, post, moe) for _first, count, pre, post, moe in kind_counts)
+        shape = shapes.get(key)
+        if shape is None:
+            modules = [MegatronChunk(job, first, count, pre, post, ctx, layer_factory=layer)
+                       for first, count, pre, post in chunks]
+            shape = shapes[key] = stage_shape(modules)
+        out.append(shape)
+    return out

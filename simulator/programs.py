@@ -457,7 +457,8 @@ def _finish(stages: list[StageScript], job, build: _Build) -> Scripts:
     if build.overlap_grad_reduce and not build.any_grad and build.any_finish:
         warnings.append("--overlap_grad_reduce: the workload was generated without it, so its gradient buckets have no "
                         "ready points; they are reduced after the last backward")
-    layout = dict(tp=p.tp, pp=p.pp, dp=p.dp, ep=p.ep, ga=p.ga, chunks=len(chunk_layout(job, 0)), world=p.world_size)
+    layout = dict(tp=p.tp, pp=p.pp, dp=p.dp, ep=p.ep, ga=p.ga, chunks=len(chunk_layout(job, 0)), world=p.world_size,
+                  order=p.order, etp=p.expert_tp)
     return Scripts(stages, "workload", layout, warnings)
 
 

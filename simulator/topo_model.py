@@ -221,7 +221,8 @@ class TopoModel:
         lay = scripts.layout
         self.pp = lay["pp"]
         self.world = lay["world"]
-        self.pconf = ParallelConfig(world_size=lay["world"], tp=lay["tp"], pp=lay["pp"], ep=lay["ep"])
+        self.pconf = ParallelConfig(world_size=lay["world"], tp=lay["tp"], pp=lay["pp"], ep=lay["ep"],
+                                    etp=lay.get("etp"), order=lay.get("order", "tp-cp-ep-dp-pp"))
         rg = self.pconf.rank_generator()
         self.rep = [rg.rank_at(pp=s) for s in range(self.pp)]
         self._groups: dict[str, Any] = {}

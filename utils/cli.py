@@ -195,6 +195,7 @@ MEGATRON = [
     _switch("--scatter_gather_tensors_in_pipeline", "legacy Megatron-LM's p2p optimisation without sequence "
             "parallelism: each TP rank sends 1/tp of the activation, the receiver all-gathers it over TP"),
     _switch("--tp_comm_overlap", "TP collectives overlap the GEMMs (Megatron's --tp-comm-overlap)"),
+    _switch(("--use-tp-pp-dp-mapping",), "rank order tp-cp-ep-pp-dp instead of Megatron's default tp-cp-ep-dp-pp"),
     _f("--ddp_bucket_size", None, "DP gradient bucket size in elements (default Megatron's: max(40M, 1M*dp))"),
     _switch("--recompute_activations", "selective activation recomputation"),
     _f("--recompute_granularity", None, "full or selective activation recomputation", type=str,
@@ -449,6 +450,7 @@ def job_from(values: dict[str, Any]) -> JobConfig:
         virtual_stages=values["num_virtual_stages_per_pipeline_rank"],
         embedding_in_split=values["account_for_embedding_in_pipeline_split"],
         loss_in_split=values["account_for_loss_in_pipeline_split"],
+        order="tp-cp-ep-pp-dp" if values["use_tp_pp_dp_mapping"] else "tp-cp-ep-dp-pp",
     )
     model = model_from(values) if values["frame"] != "collective_test" else ModelConfig()
     return JobConfig(model=model, parallel=parallel, training=training)

@@ -33,6 +33,9 @@ F_LAST = "--decoder_last_pipeline_num_layers"
 F_VSTAGES = "--num_virtual_stages_per_pipeline_rank"
 F_EMB_SPLIT = "--account_for_embedding_in_pipeline_split"
 F_LOSS_SPLIT = "--account_for_loss_in_pipeline_split"
+ORDERS = ("tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp")
+"""Rank orders Megatron-LM builds its groups in: the default, and ``--use-tp-pp-dp-mapping``'s (pipeline
+stages of a replica on neighbouring ranks, data-parallel peers far apart)."""
 
 
 def _positive(name: str, value: object) -> None:
@@ -73,6 +76,7 @@ class ParallelConfig:
     virtual_stages: int | None = None
     embedding_in_split: bool = False
     loss_in_split: bool = False
+    order: str = "tp-cp-ep-dp-pp"
     dp: int = field(init=False)
     ga: int = field(init=False)
 
@@ -136,6 +140,9 @@ class ParallelConfig:
                 if self.embedding_in_split or self.loss_in_split:
                     raise ConfigError(f"{name} cannot be combined with {F_EMB_SPLIT} or {F_LOSS_SPLIT} (Megatron "
                                       "allows one way of unbalancing the stages at a time)")
+        if self.order not in ORDERS:
+            raise ConfigError(f"rank order {self.order!r} is not one Megatron builds ({' or '.join(ORDERS)}; "
+                              "--use-tp-pp-dp-mapping selects the second)")
         if self.sequence_parallel and self.tp == 1:
             object.__setattr__(self, "sequence_parallel", False)
 
@@ -158,13 +165,13 @@ class ParallelConfig:
     def rank_generator(self) -> RankGenerator:
         """Megatron's process groups for this layout (order ``tp-cp-ep-dp-pp``)."""
         return RankGenerator(tp=self.tp, ep=self.ep if self.expert_tp == self.tp else 1, dp=self.dp, pp=self.pp,
-                             cp=self.cp)
+                             cp=self.cp, order=self.order)
 
     def expert_rank_generator(self) -> RankGenerator:
         """The expert layout (Megatron core >= 0.10): the ``tp * cp * dp`` ranks of a stage regrouped
         as expert-tp x ep x expert-dp, tp fastest.  With ``etp == tp`` and ``cp == 1`` its groups equal
         the expert view of :meth:`rank_generator`."""
-        return RankGenerator(tp=self.expert_tp, ep=self.ep, dp=self.expert_dp * self.ep, pp=self.pp)
+        return RankGenerator(tp=self.expert_tp, ep=self.ep, dp=self.expert_dp * self.ep, pp=self.pp, order=self.order)
 
     def group_ranks(self, group: str) -> list[list[int]]:
         """Global ranks of every group of a :class:`CommGroup` value (``tp_group``, ``dp_group``,

@@ -64,7 +64,7 @@ class RankGenerator:
         unknown = [t for t in tokens if t not in _DIMS]
         if unknown or len(set(tokens)) != len(tokens):
             raise ConfigError(f"RankGenerator: bad order {order!r} (use each of tp, cp, ep, dp, pp at most once)")
-        if "ep" in tokens and ("dp" not in tokens or abs(tokens.index("ep") - tokens.index("dp")) != 1):
+        if ep > 1 and "ep" in tokens and ("dp" not in tokens or abs(tokens.index("ep") - tokens.index("dp")) != 1):
             raise ConfigError(f"RankGenerator: ep and dp must be adjacent in order {order!r}")
         for name in _DIMS:
             if name not in tokens:
