@@ -7,11 +7,9 @@ the rank order (:data:`utils.parallel.ORDERS`).  Pipeline sizes that do not divi
 Megatron's uneven first and last stages (the middle stages hold ``ceil(L / p)`` layers, the first and
 last share the rest), as Llama 3 405B's 126 layers on 16 stages.
 
-The bound (:func:`lower_bound_s`) is what compute alone allows: the model's hardware FLOPs (Megatron's
-count, plus a forward of every layer under full recomputation, plus the attention core under selective
-recomputation without flash attention) at the GPU's best GEMM rate, spread over every GPU, stretched by
-the pipeline's unavoidable idle share ``(p - 1) / (v m)``.  No layout can run faster, so one whose bound
-exceeds the times already found for the best layouts cannot enter them.
+The bound (:func:`compute_bound_s`) is what compute alone allows: the busiest stage's kernels, priced by
+the compute model, plus the pipeline's fill.  No simulation of the layout can come out faster, so one
+whose bound exceeds the times already found for the best layouts cannot enter them.
 """
 
 from __future__ import annotations
@@ -183,36 +181,6 @@ LAYOUT_OWNED = frozenset(("world_size", "tensor_model_parallel_size", "pipeline_
                           "num_layers_per_virtual_pipeline_stage", "decoder_first_pipeline_num_layers",
                           "decoder_last_pipeline_num_layers"))
 """Flags the search sets itself (a user's value for them is replaced by each layout's)."""
-
-
-def hardware_flops(job: Any) -> float:
-    """Model FLOPs plus what recomputation adds: one more forward of every layer under full
-    recomputation; the attention core's forward under selective recomputation without flash attention."""
-    from mocked_model.flops import layer_forward_flops_per_token, model_flops
-
-    flops = model_flops(job)
-    t = job.training
-    tokens = job.parallel.global_batch * t.seq_length
-    if t.recompute == "full":
-        flops += tokens * sum(layer_forward_flops_per_token(job, i) for i in range(job.model.num_layers))
-    elif t.recompute == "selective" and not t.use_flash_attn:
-        m = job.model
-        flops += tokens * m.num_layers * 4.0 * t.seq_length * m.num_attention_heads * m.kv_channels
-    return flops
-
-
-def lower_bound_s(job: Any, gpu: str) -> float:
-    """No layout of ``job`` runs faster than its hardware FLOPs at the GPU's best GEMM rate on every GPU,
-    stretched by the pipeline's idle share ``(p - 1) / (v m)`` (module docstring)."""
-    from mocked_model.compute import gpu_spec
-
-    spec = gpu_spec(gpu)
-    p = job.parallel
-    kind = "fp8" if job.training.fp8 else "bf16"
-    rate = spec.peak_flops(kind) * spec.gemm_efficiency(kind)
-    chunks = p.chunks(job.model.num_layers)
-    idle = (p.pp - 1) / (chunks * p.ga)
-    return hardware_flops(job) / (p.world_size * rate) * (1 + idle)
 
 
 def compute_bound_s(job: Any, gpu: str, cache: dict | None = None) -> float:
