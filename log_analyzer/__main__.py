@@ -114,6 +114,12 @@ def _write(contents: dict[str, str | bytes]) -> list[str]:
     return written
 
 
+def check_not_input(outputs: dict, inputs: dict) -> None:
+    from utils.io import check_not_input as check
+
+    check(outputs, inputs)
+
+
 def _check_output(path: str, folder: bool = False) -> None:
     if folder:
         if os.path.exists(path) and not os.path.isdir(path):
@@ -127,6 +133,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     output = args.output or os.path.splitext(args.input)[0] + "_report.html"
     _check_output(output)
+    check_not_input({"-o/--output": output}, {"the input file": args.input, "--sim": args.sim})
     sim = None
     if args.sim:
         from log_analyzer.inputs import load_input
@@ -181,6 +188,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for path in (args.output, args.html):
         if path:
             _check_output(path)
+    check_not_input({"-o/--output": args.output, "--html": args.html}, {"the first log": args.a, "the second log": args.b})
     a = load_input(args.a, ("log",)).data
     b = load_input(args.b, ("log",)).data
     labels = tuple(args.labels)

@@ -99,8 +99,13 @@ class LogWriter:
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = os.fspath(path)
-        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
-        self._file = open(self.path, "w", newline="", encoding="utf-8")  # noqa: SIM115 (closed by close())
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+            self._file = open(self.path, "w", newline="", encoding="utf-8")  # noqa: SIM115 (closed by close())
+        except OSError as exc:
+            from utils.io import OutputError
+
+            raise OutputError(f"cannot write {self.path}: {exc.strerror or exc}") from None
         self._file.write(",".join(CSV_COLUMNS) + "\n")
         self._file.flush()
         self._parts: dict[int, tuple[WorkItem, str, str]] = {}

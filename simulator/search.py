@@ -406,7 +406,12 @@ def _run(args: argparse.Namespace, base: dict[str, Any], paths: dict[int, str], 
     pruned = failures = 0
     new_file = not (args.resume and done_rows)
     # the CSV exists (header, or the rows kept) before any worker starts: a failure leaves what was done
-    stream = open(args.output, "w" if new_file else "a", newline="")
+    try:
+        stream = open(args.output, "w" if new_file else "a", newline="")  # noqa: SIM115 (closed below)
+    except OSError as exc:
+        from utils.io import OutputError
+
+        raise OutputError(f"cannot write {args.output}: {exc.strerror or exc}") from None
     progress = None
     pool: LocalPool | RayPool | None = None
     try:

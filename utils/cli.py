@@ -463,6 +463,10 @@ def parse_job(argv: Sequence[str] | None, prog: str, description: str,
     given = vars(parser.parse_args(argv))
     values = resolve(given)
     values["_given"] = frozenset(given)
+    from utils.io import check_not_input
+
+    check_not_input({"-o/--output": values.get("output")},
+                    {"--comp_filepath": values.get("comp_filepath"), "--workload": values.get("workload")})
     return job_from(values), values
 
 
