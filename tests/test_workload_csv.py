@@ -72,7 +72,7 @@ def test_aicb_variants(tmp_path):
     ])
     items = Workload.load(_write(tmp_path, text)).items
     assert items[0].comm_group_size == 2 and items[0].msg_size == 16777216 and items[0].dst is None
-    assert items[0].time_ns == -1  # a number in a number column is kept as given
+    assert items[0].time_ns is None  # AICB's -1 for a missing cell
     assert items[1].shapes == ((4096, 1, 5120), (5120, 7680))
     assert items[2].comm_type is CommType.all_gather and items[2].comm_group is CommGroup.all_nodes
     assert items[2].additional is None
@@ -90,7 +90,26 @@ def test_aicb_variants(tmp_path):
     ("CommType.computation,None,None,((4096 x) (1 2)),fwd,None,None,,None,None,None,1",
      r"w.csv:2: msg_size: expected a byte count .*computation shapes"),
     ("CommType.all_reduce,CommGroup.tp_group,2,8,fwd,None,None,,fast,None,None,1",
-     r"w.csv:2: _elapsed_time: expected a number or None; got 'fast'"),
+     r"w.csv:2: _elapsed_time: expected a non-negative number or None; got 'fast'"),
+    # NaN, negative values, a zero count, beyond int64 and a collective without its group
+    ("CommType.all_reduce,CommGroup.tp_group,2,8,fwd,None,None,,nan,None,None,1",
+     r"w.csv:2: _elapsed_time: expected a non-negative number or None; got 'nan'"),
+    ("CommType.all_reduce,CommGroup.tp_group,2,8,fwd,None,None,,None,-3.5,None,1",
+     r"w.csv:2: algbw: expected a non-negative number or None; got '-3.5'"),
+    ("CommType.all_reduce,CommGroup.tp_group,NaN,8,fwd,None,None,,None,None,None,1",
+     r"w.csv:2: comm_group_size: expected a positive integer or None; got 'NaN'"),
+    ("CommType.all_reduce,CommGroup.tp_group,0,8,fwd,None,None,,None,None,None,1",
+     r"w.csv:2: comm_group_size: expected a positive integer or None; got '0'"),
+    ("CommType.all_reduce,CommGroup.tp_group,2,-1,fwd,None,None,,None,None,None,1",
+     r"w.csv:2: msg_size: expected a byte count"),
+    ("CommType.all_reduce,CommGroup.tp_group,2,99999999999999999999,fwd,None,None,,None,None,None,1",
+     r"w.csv:2: msg_size: expected a byte count"),
+    ("CommType.all_reduce,CommGroup.tp_group,2,8,fwd,-2,None,,None,None,None,1",
+     r"w.csv:2: dst: expected a rank inside the group"),
+    ("CommType.all_reduce,CommGroup.tp_group,2,8,fwd,None,None,,None,None,None,0",
+     r"w.csv:2: count: expected a positive integer; got '0'"),
+    ("CommType.all_reduce,CommGroup.tp_group,None,8,fwd,None,None,,None,None,None,1",
+     r"w.csv:2: comm_group_size: all_reduce needs its group size"),
     ("CommType.all_reduce,CommGroup.tp_group,2,8,fwd",
      r"w.csv:2: expected 12 comma-separated fields .* got 5"),
 ])
@@ -129,7 +148,8 @@ def test_parse_shapes():
 
 
 _ints = st.one_of(st.none(), st.integers(0, 2**40))
-_floats = st.one_of(st.none(), st.floats(allow_nan=False, allow_infinity=False), st.integers(0, 10**12))
+_floats = st.one_of(st.none(), st.floats(0, 1e300, allow_nan=False, allow_infinity=False), st.integers(0, 10**12))
+_GROUPLESS = (CommType.computation, CommType.epoch_end, CommType.barrier)
 _text = st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc"), blacklist_characters=",\"\r\n"),
                 max_size=20).map(str.strip)
 _items = st.builds(
@@ -145,7 +165,7 @@ _items = st.builds(
     count=st.integers(1, 100),
     shapes=st.one_of(st.none(), st.lists(st.lists(st.integers(1, 10**6), min_size=1, max_size=4).map(tuple),
                                          min_size=1, max_size=3).map(tuple)),
-)
+).filter(lambda item: item.comm_group_size is not None or item.comm_type in _GROUPLESS)
 
 
 @settings(max_examples=150, deadline=None)

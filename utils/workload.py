@@ -279,7 +279,12 @@ def write_csv(items: Iterable[WorkItem], handle) -> None:
     handle.write("".join(out))
 
 
-_NONE_CELLS = frozenset({"", "None", "none", "nan", "NaN", "null"})
+_NONE_CELLS = frozenset({"", "None", "none", "null"})
+"""Cells that mean "absent" (AICB writes Python's ``None``; its pandas writer fills absent cells with -1,
+accepted as absent where a value may be absent).  NaN and other negative numbers are bad values,
+refused with the row's line and column."""
+_MAX_INT = 2**63 - 1
+"""Largest count the formats and pandas' int64 columns hold."""
 _SHAPE_RE = re.compile(r"\(([^()]*)\)")
 _SHAPES_EXPECTED = ("expected a byte count (a non-negative integer) or computation shapes such as "
                     "((4096 1 5120) (5120 7680))")
@@ -303,22 +308,31 @@ def parse_shapes(text: str) -> Shapes:
     return tuple(shapes)
 
 
-def _int_or_none(text: str, allow_minus_one: bool = True) -> int | None:
-    if text in _NONE_CELLS or (allow_minus_one and text == "-1"):
+def _int_or_none(text: str, minimum: int = 0, minus_one: bool = True) -> int | None:
+    """An integer cell of at least ``minimum`` (written as ``5e8`` too), None for an absent one (and for
+    AICB's -1 with ``minus_one``); ``ValueError`` for NaN, fractions, other values below the minimum
+    or beyond int64."""
+    if text in _NONE_CELLS or (minus_one and text in ("-1", "-1.0")):
         return None
     value = float(text) if ("." in text or "e" in text.lower()) else int(text)
-    if value != int(value) or value < 0:
+    if value != value or value in (float("inf"), float("-inf")) or value != int(value):
+        raise ValueError(text)
+    if not minimum <= int(value) <= _MAX_INT:
         raise ValueError(text)
     return int(value)
 
 
 def _number_or_none(text: str) -> float | int | None:
-    if text in _NONE_CELLS:
+    """A non-negative finite number, None for an absent cell (or AICB's -1); ``ValueError`` otherwise."""
+    if text in _NONE_CELLS or text in ("-1", "-1.0"):
         return None
     try:
-        return int(text)
+        value: float | int = int(text)
     except ValueError:
-        return float(text)
+        value = float(text)
+    if not (0 <= value < float("inf")) or (isinstance(value, int) and value > _MAX_INT):
+        raise ValueError(text)
+    return value
 
 
 class _RowError(Exception):
@@ -334,11 +348,11 @@ def _parse_row(cells: dict[str, str]) -> WorkItem:
         raise _RowError("comm_type", str(exc)) from None
     group_text = cells["comm_group"].strip()
     try:
-        group = None if group_text in _NONE_CELLS or group_text == "-1" else CommGroup.parse(group_text)
+        group = None if group_text in _NONE_CELLS else CommGroup.parse(group_text)
     except ValueError as exc:
         raise _RowError("comm_group", str(exc)) from None
     try:
-        group_size = _int_or_none(cells["comm_group_size"].strip())
+        group_size = _int_or_none(cells["comm_group_size"].strip(), minimum=1)
     except ValueError:
         raise _RowError("comm_group_size", f"expected a positive integer or None; got {cells['comm_group_size']!r}") from None
 
@@ -352,7 +366,7 @@ def _parse_row(cells: dict[str, str]) -> WorkItem:
             raise _RowError("msg_size", f"{_SHAPES_EXPECTED}; got {size_text!r}") from None
     elif size_text not in _NONE_CELLS:
         try:
-            value = _int_or_none(size_text, allow_minus_one=False)
+            value = _int_or_none(size_text, minus_one=False)
         except ValueError:
             raise _RowError("msg_size", f"{_SHAPES_EXPECTED}; got {size_text!r}") from None
         msg_size = value or 0
@@ -363,19 +377,21 @@ def _parse_row(cells: dict[str, str]) -> WorkItem:
         try:
             values[column] = _int_or_none(text)
         except ValueError:
-            raise _RowError(column, f"expected a rank inside the group (integer) or None; got {text!r}") from None
+            raise _RowError(column, f"expected a rank inside the group (a non-negative integer) or None; got {text!r}") from None
     for column, key in (("_elapsed_time", "time_ns"), ("algbw", "algbw"), ("busbw", "busbw")):
         text = cells.get(column, "None").strip()
         try:
             values[key] = _number_or_none(text)
         except ValueError:
-            raise _RowError(column, f"expected a number or None; got {text!r}") from None
+            raise _RowError(column, f"expected a non-negative number or None; got {text!r}") from None
     count_text = cells.get("count", "1").strip()
     try:
-        count = 1 if count_text in _NONE_CELLS else _int_or_none(count_text, allow_minus_one=False)
+        count = 1 if count_text in _NONE_CELLS else _int_or_none(count_text, minimum=1, minus_one=False)
     except ValueError:
         raise _RowError("count", f"expected a positive integer; got {count_text!r}") from None
     additional = cells.get("additional", "").strip()
+    if group_size is None and ctype not in (CommType.computation, CommType.epoch_end, CommType.barrier):
+        raise _RowError("comm_group_size", f"{ctype.value} needs its group size; got {cells['comm_group_size']!r}")
     return WorkItem(
         comm_type=ctype, comm_group=group, comm_group_size=group_size, msg_size=msg_size,
         stage=cells["stage"].strip(), dst=values["dst"], src=values["src"],
