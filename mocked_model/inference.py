@@ -42,6 +42,16 @@ A = 2
 AR, AG, A2A = CommType.all_reduce, CommType.all_gather, CommType.all_to_all
 
 
+SECTION_OF_RECORD = {
+    "attention_norm": "atten_norm", "attention_layer": "atten_layer", "attention_gdn": "gdn_layer",
+    "dense_mlp": "mlp_dense", "shared_experts": "mlp_shared", "moe_norm": "moe_norm", "moe_route": "moe_route",
+    "moe_expert": "moe_expert", "embedding": "embed_tokens", "lm_head": "lm_head",
+}
+"""Our compute-file section of each record kind.  AICB's reader files them by substring under the same
+records, except that it sums ``mlp_dense`` and ``mlp_shared`` into one ``mlp`` time for both (as AICB's
+own generator uses one MLP time for dense layers and shared experts) and ignores the last two."""
+
+
 @dataclass(frozen=True)
 class MoERouting:
     """One MoE layer's routing as the busiest EP rank sees it: the token copies it sends and receives,

@@ -22,7 +22,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from mocked_model.inference import stage_items
+from mocked_model.inference import SECTION_OF_RECORD, stage_items
 from utils.errors import ConfigError
 from utils.inference_job import InferenceJob
 from utils.workload import CommType, WorkItem, Workload
@@ -30,14 +30,6 @@ from workload_generator.compute_times import FillReport
 
 SOURCES = ("aiob", "file", "model", "placeholder")
 
-SECTION_OF_RECORD = {
-    "attention_norm": "atten_norm", "attention_layer": "atten_layer", "attention_gdn": "gdn_layer",
-    "dense_mlp": "mlp_dense", "shared_experts": "mlp_shared", "moe_norm": "moe_norm", "moe_route": "moe_route",
-    "moe_expert": "moe_expert", "embedding": "embed_tokens", "lm_head": "lm_head",
-}
-"""Our compute-file section of each record kind.  AICB's reader files them by substring under the same
-records, except that it sums ``mlp_dense`` and ``mlp_shared`` into one ``mlp`` time for both (as AICB's
-own generator uses one MLP time for dense layers and shared experts) and ignores the last two."""
 AICB_KINDS = (("atten_norm", "attention_norm"), ("gdn", "attention_gdn"), ("atten", "attention_layer"),
               ("mlp", "mlp"), ("moe_norm", "moe_norm"), ("moe_route", "moe_route"), ("moe", "moe_expert"))
 """AICB's ``extract_inference_averages``: a section's kind is the first of these found in its name."""
