@@ -123,3 +123,97 @@ def vidur_main(argv: Sequence[str] | None, prog: str) -> int:
 def default_csv_path(job: InferenceJob, output_dir: str | None = None) -> str:
     """Our AICB-style workload CSV: ``results/mocked_workload/inference_<stem>_workload.csv``."""
     return os.path.join(output_dir or "results", "mocked_workload", f"inference_{job.file_stem()}_workload.csv")
+
+
+# ---- aicb.py --frame Inference ------------------------------------------------------------------------
+
+def _aicb_flags(parser: argparse.ArgumentParser) -> None:
+    from utils.cli import REPLAY
+
+    parser.add_argument("--frame", choices=("Inference",), default="Inference", help="Inference (this entry)")
+    parser.add_argument("-m", "--model_name", "--model-name", "--model_size", "--model-size", dest="model_name",
+                        required=True, metavar="MODEL", help="DeepSeek-671B, Qwen3-Moe-235B, Qwen3-Next-80B, "
+                        "deepseek-671B, qwen3-235B, qwen3-next-80B or a preset (deepseek_v3, qwen3_235B_A22B, ...)")
+    parser.add_argument("--inference_config", "--inference-config", dest="config_file", metavar="JSON",
+                        help="AICB's JSON config of the model (default: AICB's default of its kind)")
+    parser.add_argument("--epoch_num", "--epoch-num", type=int, default=1, help="steps to generate or replay")
+    parser.add_argument("--workload_only", "--workload-only", action="store_true",
+                        help="write the workload CSV and stop (no replay)")
+    parser.add_argument("--output_dir", "--output-dir", default=None, help="directory for results (default results/)")
+    add_flags(parser.add_argument_group("replay"), REPLAY)
+
+
+def replay_job(job: InferenceJob) -> Any:
+    """The :class:`~utils.config.JobConfig` the replay runs an inference job with: its ranks grouped as the
+    items say (TP groups of ``tp`` consecutive ranks; the EP group, ``ep`` consecutive ranks, as Megatron's
+    tp x ep expert group when tp > 1); the job itself rides in ``training.extra['inference_job']``."""
+    from utils.config import JobConfig, TrainingConfig
+    from utils.errors import ConfigError
+    from utils.model_config import ModelConfig
+    from utils.parallel import ParallelConfig
+
+    ep = job.ep
+    if job.tp > 1 and ep > 1:
+        if ep % job.tp:
+            raise ConfigError(f"the replay needs --expert_model_parallel_size {ep} to be a multiple of "
+                              f"--tensor_model_parallel_size {job.tp} (its EP groups are whole TP groups)")
+        ep //= job.tp
+    m = job.model
+    model = ModelConfig(name=job.name, hidden_size=m.hidden_size, num_layers=m.num_layers,
+                        num_attention_heads=m.num_heads, vocab_size=m.vocab_size)
+    parallel = ParallelConfig(world_size=job.world_size, tp=job.tp, pp=job.pp, ep=ep)
+    training = TrainingConfig(frame="Inference", seq_length=job.seq_length, epoch_num=job.epoch_num,
+                              gpu_type=job.gpu_type, extra={"inference_job": job})
+    return JobConfig(model=model, parallel=parallel, training=training)
+
+
+def aicb_parse(argv: Sequence[str], prog: str) -> tuple[Any, dict[str, Any]]:
+    """``aicb.py --frame Inference``: the replay's JobConfig and the resolved values."""
+    from utils.errors import ConfigError
+
+    parser = build_parser(prog, "Generate and replay the communication of an inference step.", positional=False,
+                          extra=_aicb_flags)
+    values = vars(parser.parse_args(list(argv)))
+    if values["aiob_enable"] or values["compute_source"] == "aiob":
+        raise ConfigError("--aiob_enable: measure first with python -m workload_generator."
+                          "SimAI_inference_workload_generator ... --aiob_enable, then replay with --comp_filepath FILE")
+    job = job_from(values)
+    return replay_job(job), values
+
+
+def inference_job_of(job: Any) -> InferenceJob:
+    return job.training.extra["inference_job"]
+
+
+def stage_workload(job: Any, values: dict[str, Any], stage: int, log: Callable[[str], None] | None = None) -> Workload:
+    """A replaying rank's workload: its stage's items, timed from the flags (model, file or placeholder)."""
+    from dataclasses import replace
+
+    from mocked_model.inference_memory import check_fits
+    from workload_generator.inference import default_aiob_path, default_source, timed_step
+
+    ijob = replace(inference_job_of(job), pp_rank=stage)
+    check_fits(ijob)
+    source = default_source(ijob, values.get("compute_source"), False, values.get("comp_filepath"),
+                            default_aiob_path(ijob))
+    workload, report = timed_step(ijob, source, values.get("comp_filepath"), 1, default_aiob_path(ijob))
+    if log is not None:
+        log(report.summary())
+    return workload
+
+
+def log_names(job: Any, values: dict[str, Any]) -> tuple[str, str | None]:
+    """(base name of the replay's log files, where rank 0 writes its workload CSV)."""
+    ijob = inference_job_of(job)
+    path = values.get("output") or default_csv_path(ijob, values.get("output_dir"))
+    return f"inference_{ijob.file_stem()}", path
+
+
+def aicb_workload_only(job: Any, values: dict[str, Any]) -> int:
+    """``aicb.py --frame Inference --workload_only``: write the stage's workload CSV (``--pp_rank``)."""
+    ijob = inference_job_of(job)
+    workload = stage_workload(job, values, ijob.pp_rank, print)
+    path = log_names(job, values)[1]
+    workload.dump(path)
+    print(f"Workload file generated: {path} ({len(workload)} items, pipeline rank {ijob.pp_rank})")
+    return 0
