@@ -144,8 +144,14 @@ def fill_inference_times(items: Iterable[WorkItem], job: InferenceJob, source: s
             raise ConfigError("--compute_source model needs --gpu_type (one of the compute model's GPUs, e.g. H100, H200)")
         gpu = gpu_spec(job.gpu_type)
         estimate = estimator(gpu, weight_dtype(job))
+        known: dict[tuple, float | None] = {}   # the layers of a kind repeat the same operations
         for item in computations:
-            item.time_ns = estimate(item)
+            meta = item.meta or {}
+            key = (item.stage.split(".", 1)[0], item.shapes,
+                   tuple(sorted((k, v) for k, v in meta.items() if k not in ("layer", "record", "name"))))
+            if key not in known:
+                known[key] = estimate(item)
+            item.time_ns = known[key]
             if item.time_ns is None:
                 report.missing.add(str((item.meta or {}).get("op")))
             else:
