@@ -5,11 +5,14 @@ process.  Cases: AICB 2.1's script defaults for each model (decode, 1024 context
 plus Qwen3-235B prefill from AICB's README (1024 x 4 tokens, 32 GPUs, EP 32), each with the compute
 model's estimates for an H200 (``--gpu_type H200``, the slower path: every operation is priced) and
 with AICB's placeholders.  Baselines, measured alternately in the same run: ``python -c pass`` and
-``python -c "import numpy"``.  Run:  python bench/bench_inference.py [runs]
+``python -c "import numpy"``.  Bytecode caches are allowed (an installed package has them; these
+machines set PYTHONDONTWRITEBYTECODE, which makes every process compile every module: ``--no-pyc``
+measures that too), after one untimed run per case.  Run:  python bench/bench_inference.py [runs] [--no-pyc]
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import subprocess
 import sys
@@ -30,14 +33,20 @@ CASES = {
 }
 
 
+ENV = dict(os.environ)
+
+
 def wall(cmd: list[str]) -> float:
     start = time.perf_counter()
-    subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, env=ENV)
     return time.perf_counter() - start
 
 
 def main() -> None:
-    runs = int(sys.argv[1]) if len(sys.argv) > 1 else 7
+    args = [a for a in sys.argv[1:] if a != "--no-pyc"]
+    if "--no-pyc" not in sys.argv:
+        ENV.pop("PYTHONDONTWRITEBYTECODE", None)
+    runs = int(args[0]) if args else 7
     baselines = {"python -c pass": [sys.executable, "-c", "pass"],
                  "python -c 'import numpy'": [sys.executable, "-c", "import numpy"]}
     with tempfile.TemporaryDirectory() as tmp:
@@ -45,6 +54,7 @@ def main() -> None:
             for label, extra in (("H200 estimates", ["--gpu_type", "H200"]), ("placeholders", [])):
                 cmd = [sys.executable, "-m", "workload_generator.SimAI_inference_workload_generator", *args, *extra,
                        "--output", str(Path(tmp) / "w.txt")]
+                wall(cmd)                      # bytecode caches, file system
                 ours: list[float] = []
                 base: dict[str, list[float]] = {k: [] for k in baselines}
                 for _ in range(runs):      # alternate so that drift hits all alike
