@@ -63,3 +63,15 @@ def test_aicb_compute_file_times_the_records(tmp_path):
     assert [(r[0], int(r[2])) for r in records[:6]] == [
         ("attention_layer", 12_000), ("dense_mlp", 8_000), ("attention_layer", 12_000), ("shared_experts", 8_000),
         ("moe_route", 2_000), ("moe_expert", 7_000)]
+
+
+def test_cpu_slices_big_weights_and_keeps_shapes(tmp_path, monkeypatch):
+    import mocked_model.aiob.inference as aiob
+
+    # every weight above 4,096 elements is multiplied by a column slice on the CPU; the records still run
+    # with their real shapes and say what was done
+    monkeypatch.setattr(aiob, "CPU_WEIGHT_CAP", 4096)
+    ds, _ = _model(tmp_path, TINY_DEEPSEEK, "deepseek")
+    compute = aiob.measure_inference_job(InferenceJob(ds, "decode", 32, 2, world_size=2, ep=2), device="cpu")
+    assert "column slice" in compute.sections["atten_layer"].implementation
+    assert all(s.avg_us > 0 for s in compute.sections.values())

@@ -20,8 +20,9 @@ Plain torch, so that every device works (a CPU too, slowly):
   no chunked kernel), the causal convolution as ``conv1d``;
 - MoE experts: one matmul pair per active expert with its token count.
 
-On a CPU, weights above :data:`CPU_WEIGHT_CAP` elements are timed on a column slice and scaled by the
-ratio (a matmul's time is linear in its output columns), and the experts cycle through at most
+On a CPU, weights above :data:`CPU_WEIGHT_CAP` elements are multiplied by a column slice and the rest of
+their columns added at the slice's rate (a matmul's time is linear in its output columns), and the
+experts cycle through at most
 :data:`CPU_DISTINCT_EXPERTS` weight sets; the section's ``implementation:`` line says so.
 """
 
@@ -53,7 +54,40 @@ class _Op:
 
     run: Callable[[], object]
     implementation: str
-    scale: float = 1.0
+
+
+class _Linear:
+    """``x @ W`` for a ``(k, n)`` weight.  On a CPU a weight above :data:`CPU_WEIGHT_CAP` elements is a column
+    slice: the call multiplies by the slice and returns a full-width buffer, and :meth:`missing_ns` times
+    what the slice left out (the rest of the columns, at the slice's rate) so that it can be added."""
+
+    def __init__(self, f: _Factory, k: int, n: int) -> None:
+        self.n = n
+        self.cols = n if not f.cpu or k * n <= CPU_WEIGHT_CAP else max(1, CPU_WEIGHT_CAP // k)
+        self.w = f.randn(k, self.cols)
+        self.rows: int | None = None
+        self.out: torch.Tensor | None = None
+
+    @property
+    def sliced(self) -> bool:
+        return self.cols < self.n
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        y = x @ self.w
+        if not self.sliced:
+            return y
+        self.rows = x.shape[0]
+        if self.out is None or self.out.shape[0] != x.shape[0]:
+            self.out = torch.zeros(x.shape[0], self.n, dtype=y.dtype, device=y.device)
+        return self.out
+
+    def missing_ns(self, clock) -> float:
+        """Time of the columns the slice left out: (n / cols - 1) x the slice's own time (best of 3)."""
+        if not self.sliced or self.rows is None:
+            return 0.0
+        x = torch.zeros(self.rows, self.w.shape[0], dtype=self.w.dtype, device=self.w.device)
+        best = min(clock.time(lambda: x @ self.w)[1] for _ in range(3))
+        return best * (self.n / self.cols - 1)
 
 
 class _Factory:
@@ -63,36 +97,20 @@ class _Factory:
         self.job, self.m, self.device = job, job.model, device
         self.cpu = device.type != "cuda"
         self.dtype = torch.float32 if self.cpu else torch.bfloat16
-        self.notes: list[str] = []
         self.gen = torch.Generator(device="cpu").manual_seed(0)
+        self.linears: list[_Linear] = []
 
     def randn(self, *shape: int, scale: float = 0.02) -> torch.Tensor:
         return (torch.randn(*shape, generator=self.gen) * scale).to(device=self.device, dtype=self.dtype)
 
-    def linear(self, k: int, n: int) -> tuple[Callable[[torch.Tensor], torch.Tensor], float]:
-        """``x -> x @ W`` for a ``(k, n)`` weight, and the factor its time is scaled by (a CPU slice)."""
-        cols = n
-        if self.cpu and k * n > CPU_WEIGHT_CAP:
-            cols = max(1, CPU_WEIGHT_CAP // k)
-        w = self.randn(k, cols)
-        return (lambda x: x @ w), n / cols
+    def linear(self, k: int, n: int) -> _Linear:
+        layer = _Linear(self, k, n)
+        self.linears.append(layer)
+        return layer
 
     def norm(self, width: int) -> Callable[[torch.Tensor], torch.Tensor]:
         weight = torch.ones(width, device=self.device, dtype=self.dtype)
         return lambda x: F.rms_norm(x, (width,), weight, 1e-6)
-
-
-def _chain(*parts: tuple[Callable, float]) -> tuple[Callable[[], object], float]:
-    """Run parts in order; the scale is that of the costliest part (slices only ever shrink big GEMMs)."""
-    funcs = [p[0] for p in parts]
-
-    def run() -> object:
-        out = None
-        for f in funcs:
-            out = f()
-        return out
-
-    return run, max(p[1] for p in parts)
 
 
 def _mla(f: _Factory) -> _Op:
@@ -101,11 +119,10 @@ def _mla(f: _Factory) -> _Op:
     q_head = m.qk_nope_dim + m.qk_rope_dim
     x = f.randn(t, m.hidden_size)
     norm = f.norm(m.hidden_size)
-    qkv_a, s1 = f.linear(m.hidden_size, (m.q_lora_rank or 0) + m.kv_width)
-    q_b, s2 = f.linear(m.q_lora_rank or m.hidden_size, heads * q_head)
-    o_proj, s3 = f.linear(heads * m.v_head_dim, m.hidden_size)
+    qkv_a = f.linear(m.hidden_size, (m.q_lora_rank or 0) + m.kv_width)
+    q_b = f.linear(m.q_lora_rank or m.hidden_size, heads * q_head)
+    o_proj = f.linear(heads * m.v_head_dim, m.hidden_size)
     q_in = f.randn(t, m.q_lora_rank or m.hidden_size)
-    scale = max(s1, s2, s3)
     if job.decode:
         w_uk = f.randn(heads, m.qk_nope_dim, m.kv_lora_rank)
         w_uv = f.randn(heads, m.kv_lora_rank, m.v_head_dim)
@@ -122,8 +139,7 @@ def _mla(f: _Factory) -> _Op:
 
         how = "absorbed MLA: torch bmm + softmax over the cached latent"
     else:
-        kv_b, s4 = f.linear(m.kv_lora_rank, heads * (m.qk_nope_dim + m.v_head_dim))
-        scale = max(scale, s4)
+        kv_b = f.linear(m.kv_lora_rank, heads * (m.qk_nope_dim + m.v_head_dim))
         latent = f.randn(t, m.kv_lora_rank)
         s = job.seq_length
 
@@ -141,7 +157,7 @@ def _mla(f: _Factory) -> _Op:
         qkv_a(norm(x))
         return attention()
 
-    return _Op(run, f"{how}; {f.dtype}".replace("torch.", ""), scale)
+    return _Op(run, f"{how}; {f.dtype}".replace("torch.", ""))
 
 
 def _gqa(f: _Factory) -> _Op:
@@ -150,8 +166,8 @@ def _gqa(f: _Factory) -> _Op:
     heads, kv = m.num_heads // job.tp, max(m.num_kv_heads // job.tp, 1)
     q_width = heads * d * (2 if m.output_gate else 1)
     x = f.randn(t, m.hidden_size)
-    qkv, s1 = f.linear(m.hidden_size, q_width + 2 * kv * d)
-    o_proj, s2 = f.linear(heads * d, m.hidden_size)
+    qkv = f.linear(m.hidden_size, q_width + 2 * kv * d)
+    o_proj = f.linear(heads * d, m.hidden_size)
     qk_norm = f.norm(d)
     q_len = t // b
     ctx = job.context if job.decode else q_len
@@ -169,7 +185,7 @@ def _gqa(f: _Factory) -> _Op:
         return o_proj(out)
 
     return _Op(run, f"GQA: scaled_dot_product_attention over {'the KV cache' if job.decode else 'the prompt'}; "
-                    f"{f.dtype}".replace("torch.", ""), max(s1, s2))
+                    f"{f.dtype}".replace("torch.", ""))
 
 
 def _gdn(f: _Factory) -> _Op:
@@ -179,9 +195,9 @@ def _gdn(f: _Factory) -> _Op:
     dk, dv = m.linear_key_dim, m.linear_value_dim
     key, value = hk * dk, hv * dv
     x = f.randn(t, m.hidden_size)
-    qkvz, s1 = f.linear(m.hidden_size, 2 * key + 2 * value)
-    ba, _ = f.linear(m.hidden_size, 2 * hv)
-    out_proj, s2 = f.linear(value, m.hidden_size)
+    qkvz = f.linear(m.hidden_size, 2 * key + 2 * value)
+    ba = f.linear(m.hidden_size, 2 * hv)
+    out_proj = f.linear(value, m.hidden_size)
     conv_w = f.randn(2 * key + value, 1, m.conv_kernel)
     norm = f.norm(dv)
     state = f.randn(b, hv, dk, dv)
@@ -209,23 +225,21 @@ def _gdn(f: _Factory) -> _Op:
         o = norm(torch.stack(outs, 1)) * F.silu(y[:, 2 * key + value:].reshape(b, steps, hv, dv))
         return out_proj(o.reshape(t, value))
 
-    return _Op(run, f"gated DeltaNet: torch recurrent delta rule ({steps} step(s)), conv1d; {f.dtype}".replace("torch.", ""),
-               max(s1, s2))
+    return _Op(run, f"gated DeltaNet: torch recurrent delta rule ({steps} step(s)), conv1d; {f.dtype}".replace("torch.", ""))
 
 
 def _mlp(f: _Factory, rows: int, ffn: int, norm: bool = True) -> _Op:
     h = f.m.hidden_size
     x = f.randn(rows, h)
-    gate_up, s1 = f.linear(h, 2 * ffn)
-    down, s2 = f.linear(ffn, h)
+    gate_up = f.linear(h, 2 * ffn)
+    down = f.linear(ffn, h)
     n = f.norm(h)
 
     def run() -> object:
         y = gate_up(n(x) if norm else x)
         return down(F.silu(y[:, :y.shape[1] // 2]) * y[:, y.shape[1] // 2:])
 
-    # gate-up and down have the same FLOPs; scale each by its own slice (their ratios can differ)
-    return _Op(run, f"SwiGLU MLP: torch matmul; {f.dtype}".replace("torch.", ""), (s1 + s2) / 2)
+    return _Op(run, f"SwiGLU MLP: torch matmul; {f.dtype}".replace("torch.", ""))
 
 
 def _experts(f: _Factory) -> _Op:
@@ -258,9 +272,9 @@ def _experts(f: _Factory) -> _Op:
 def _router(f: _Factory) -> _Op:
     m, rows = f.m, max(math.ceil(f.job.rank_tokens), 1)
     x = f.randn(rows, m.hidden_size)
-    gate, scale = f.linear(m.hidden_size, m.routed_experts)
+    gate = f.linear(m.hidden_size, m.routed_experts)
     return _Op(lambda: torch.topk(torch.softmax(gate(x).float(), dim=-1), m.topk, dim=-1),
-               f"gate matmul + softmax + top-k; {f.dtype}".replace("torch.", ""), scale)
+               f"gate matmul + softmax + top-k; {f.dtype}".replace("torch.", ""))
 
 
 def _norm_op(f: _Factory) -> _Op:
@@ -279,14 +293,14 @@ def _embedding(f: _Factory) -> _Op:
 def _head(f: _Factory) -> _Op:
     job, m = f.job, f.m
     x = f.randn(job.lm_tokens(), m.hidden_size)
-    head, scale = f.linear(m.hidden_size, job.padded_vocab() // job.tp)
+    head = f.linear(m.hidden_size, job.padded_vocab() // job.tp)
     n = f.norm(m.hidden_size)
 
     def run() -> object:
         logits = head(n(x)).float()
         return torch.multinomial(torch.softmax(logits, dim=-1), 1)
 
-    return _Op(run, f"final norm, LM head matmul, softmax, multinomial; {f.dtype}".replace("torch.", ""), scale)
+    return _Op(run, f"final norm, LM head matmul, softmax, multinomial; {f.dtype}".replace("torch.", ""))
 
 
 def _record_ops(f: _Factory) -> dict[str, Callable[[], _Op]]:
@@ -338,13 +352,17 @@ def measure_inference_job(job: InferenceJob, loops: int = 1, device: torch.devic
         for record, build in _record_ops(f).items():
             if log is not None:
                 log(f"AIOB: timing {record} on {label}")
+            start = len(f.linears)
             op = build()
             samples = []
             for index in range(warmup + max(loops, 1)):
                 _, ns = clock.time(op.run)
                 if index >= warmup:
-                    samples.append(ns * op.scale)
-            implementation = op.implementation + (f"; scaled x{op.scale:.2f} from a column slice" if op.scale > 1 else "")
-            out.sections[SECTION_OF_RECORD[record]] = summarize(samples, implementation)
+                    samples.append(ns)
+            sliced = [layer for layer in f.linears[start:] if layer.sliced]
+            extra = sum(layer.missing_ns(clock) for layer in sliced)
+            implementation = op.implementation + (f"; {len(sliced)} weight(s) multiplied by a column slice, the rest "
+                                                  "added at its rate" if sliced else "")
+            out.sections[SECTION_OF_RECORD[record]] = summarize([s + extra for s in samples], implementation)
             del op
     return out
