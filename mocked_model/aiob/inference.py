@@ -7,7 +7,9 @@ on this device, and write AICB 2.1's inference compute file.
 One layer of each record kind on the job's stage is built (:data:`mocked_model.inference.SECTION_OF_RECORD`
 names its section) with the shapes the mocked model gives its items (heads, experts and tokens of one
 rank), and its forward is timed ``loops`` times after warm-up (AICB's outlier rule, microseconds).  The
-file's first line is AICB's ``inference_term:<phase>``, so AICB's own reader takes it too.
+file is our compute file (``train_iter:1`` first, which AICB's reader skips) with AICB's
+``inference_term: <phase>`` label, the device and the sections AICB's ``extract_inference_averages`` files
+under the same records.
 
 Plain torch, so that every device works (a CPU too, slowly):
 
@@ -22,8 +24,8 @@ Plain torch, so that every device works (a CPU too, slowly):
 
 On a CPU, weights above :data:`CPU_WEIGHT_CAP` elements are multiplied by a column slice and the rest of
 their columns added at the slice's rate (a matmul's time is linear in its output columns), and the
-experts cycle through at most
-:data:`CPU_DISTINCT_EXPERTS` weight sets; the section's ``implementation:`` line says so.
+experts cycle through at most :data:`CPU_DISTINCT_EXPERTS` weight sets; the section's ``implementation:``
+line says so.
 """
 
 from __future__ import annotations
