@@ -207,6 +207,8 @@ def test_vidur_entry_writes_aicbs_name(tmp_path):
     (["DeepSeek-671B", "--phase", "train"], ["--phase", "invalid choice: 'train'"]),
     (["DeepSeek-671B", "--world_size", "8", "--expert_model_parallel_size", "8", "--micro_batch", "32",
       "--seq_length", "1024", "--gpu_type", "H100"], ["needs 105.6 GiB per GPU", "H100"]),
+    (["DeepSeek-671B", "--world_size", "16", "--expert_model_parallel_size", "16", "--gpu_type", "A100"],
+     ["no FP8 tensor cores", "--dtype bfloat16"]),
 ])
 def test_bad_input_one_line_no_file(tmp_path, args, needles):
     proc = run_cli("-m", "workload_generator.SimAI_inference_workload_generator", *args, "--result_dir",

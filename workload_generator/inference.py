@@ -143,6 +143,9 @@ def fill_inference_times(items: Iterable[WorkItem], job: InferenceJob, source: s
         if not job.gpu_type:
             raise ConfigError("--compute_source model needs --gpu_type (one of the compute model's GPUs, e.g. H100, H200)")
         gpu = gpu_spec(job.gpu_type)
+        if job.weight_kind == "fp8" and gpu.fp8_tflops is None:
+            raise ConfigError(f"{job.name}'s weights are FP8 ({'--dtype' if job.weight_dtype else 'the model default'}) "
+                              f"but the {gpu.name} has no FP8 tensor cores: give --dtype bfloat16")
         estimate = estimator(gpu, weight_dtype(job))
         known: dict[tuple, float | None] = {}   # the layers of a kind repeat the same operations
         for item in computations:
