@@ -226,3 +226,17 @@ def test_missing_config_key_entry(tmp_path):
                    "--result_dir", str(tmp_path / "out"))
     _one_line_error(proc, str(config), "missing key 'full_attention_interval'")
     assert not (tmp_path / "out").exists()
+
+
+def test_script_takes_aicbs_flag_spellings():
+    from workload_generator.inference_script import command
+
+    # the example of AICB's --help (dashed names, which AICB's own script does not match) and its -a form
+    args = command(["-m", "deepseek-671B", "-p", "decode", "-s", "1024", "-b", "32", "--aiob-enable"])
+    assert args[:2] == ["DeepSeek-671B", str(ROOT / "scripts/inference_configs/deepseek_default.json")]
+    assert "--aiob_enable" in args and args[args.index("--aiob_forward_loops") + 1] == "10"
+    assert "--aiob_enable" in command(["-m", "deepseek-671B", "-a"])
+    # flags the script does not know go on to the generator
+    assert command(["-m", "qwen3-next-80B", "--gpu_type", "H200"])[-2:] == ["--gpu_type", "H200"]
+    with pytest.raises(ConfigError, match="invalid model size 'llama'"):
+        command(["-m", "llama"])
