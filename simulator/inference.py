@@ -281,8 +281,10 @@ def job_from_name(path: str) -> tuple[dict[str, Any] | None, InferenceJob | None
     return fields, job, None
 
 
-def simulate_file(path: str, topology: Any = None, options: TopoOptions | None = None) -> InferenceResult:
-    """Simulate the SimAI inference workload at ``path`` (one stage's records)."""
+def simulate_file(path: str, topology: Any = None, options: TopoOptions | None = None,
+                  gpu: str | None = None) -> InferenceResult:
+    """Simulate the SimAI inference workload at ``path`` (one stage's records); ``gpu`` names the GPU of
+    the memory check when the topology and the options do not (any GPU of the compute model's table)."""
     from mocked_model.inference_memory import check_fits
     from workload_generator.simai import SimAIWorkload
     from workload_generator.simai_tokens import classify
@@ -332,7 +334,7 @@ def simulate_file(path: str, topology: Any = None, options: TopoOptions | None =
         dp = world // (tp * pp)
         tokens = fields["bs"] * dp * (1 if phase == "decode" else fields["seq"])
         if job is not None:
-            gpu = getattr(fabric, "gpu_type", None) or options.gpu_type
+            gpu = gpu or getattr(fabric, "gpu_type", None) or options.gpu_type
             memory = check_fits(job, gpu if _known(gpu) else None)
         elif why:
             warnings.append(f"no memory figure: {why}")
@@ -376,12 +378,18 @@ def cli_main(args: Any, prog: str, simai_only: tuple = ()) -> int:
     stray = sorted(d for d in getattr(args, "job_flags", ()) if hasattr(args, d))
     if stray:
         raise ConfigError(f"--{stray[0]} describes a job: give the job's flags without -w, or -w FILE without them")
+    from simulator.options import GPU_NVLINK_GIBPS
+
+    gpu = args.gpu_type
+    simai_gpu = gpu.strip().upper() if gpu and gpu.strip().upper() in GPU_NVLINK_GIBPS else None
+    if gpu and simai_gpu is None and not _known(gpu):
+        TopoOptions(gpu_type=gpu)   # the options' one-line error for an unknown type
     options = TopoOptions(
         gpus=args.gpus, gpus_per_server=args.gpus_per_server, nics_per_server=args.nics_per_server,
-        nvlink_bw=args.nvlink_bw, nic_busbw=args.nic_busbw, gpu_type=args.gpu_type, nic_type=args.nic_type,
+        nvlink_bw=args.nvlink_bw, nic_busbw=args.nic_busbw, gpu_type=simai_gpu, nic_type=args.nic_type,
         nvlink_efficiency=args.nvlink_efficiency, nic_efficiency=args.nic_efficiency, latency_scale=args.latency_scale,
         peak_tflops=args.peak_tflops)
-    result = simulate_file(args.workload, args.topology, options)
+    result = simulate_file(args.workload, args.topology, options, gpu)
     result.warnings += [f"{flag} is SimAI's knob and is ignored by --model topo" for name, flag, default in simai_only
                         if getattr(args, name) != default]
     result.warnings += [f"{flag} is not produced for inference workloads" for flag, value in

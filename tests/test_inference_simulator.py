@@ -103,3 +103,7 @@ def test_cli_memory_error_is_one_line(tmp_path):
                    "-r", str(tmp_path / "out") + "/")
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "H100" in proc.stderr
     assert not (tmp_path / "out").exists()
+    # an H200 (the compute model's table, not SimAI's NVLink table) holds it
+    proc = run_cli("-m", "simulator", "--model", "topo", "-w", path, "-g_p_s", "8", "-g_type", "H200",
+                   "-r", str(tmp_path / "out") + "/")
+    assert proc.returncode == 0 and "of 126.9 GiB usable on the H200" in proc.stdout, proc.stderr
