@@ -1,8 +1,10 @@
-"""AICB's entry point: build the workload of a training job, optionally time its computation
-(AIOB), and replay it over torch.distributed.
+"""AICB's entry point: build the workload of a training job (or of inference steps), optionally time its
+computation (AIOB), and replay it over torch.distributed.
 
     python aicb.py --frame Megatron --model_name gpt_13B ... --workload_only   # write the workload CSV
     torchrun --nproc_per_node 8 aicb.py --frame Megatron --model_name gpt_13B ...   # replay it
+    torchrun --nproc_per_node 8 aicb.py --frame Inference -m DeepSeek-671B --phase decode --seq_length 1024 \\
+        --micro_batch 32 --expert_model_parallel_size 8 --gpu_type H200       # replay decode steps
 
 Flags are AICB's (``python aicb.py --help``); ``--output`` names the workload CSV.
 """
@@ -30,8 +32,22 @@ def _torchrun_world(argv: list[str]) -> list[str]:
     return [*argv, "--world_size", world]
 
 
+def _inference(argv: list[str]) -> bool:
+    return any(a == "--frame=Inference" or (a == "--frame" and argv[i + 1:i + 2] == ["Inference"])
+               for i, a in enumerate(argv))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = _torchrun_world(list(sys.argv[1:] if argv is None else argv))
+    if _inference(argv):  # inference steps: workload_generator.inference_entry's flags
+        from workload_generator.inference_entry import aicb_parse, aicb_workload_only
+
+        job, values = aicb_parse(argv, PROG)
+        if values["workload_only"]:
+            return aicb_workload_only(job, values)
+        from workload_applyer import replay_main
+
+        return replay_main(job, values)
     job, values = parse_job(argv, PROG, "Generate, time and replay the communication of a training iteration.")
     if values["workload_only"] and job.training.frame == "collective_test":
         from workload_generator.generate_collective_test import main as write_sweep

@@ -90,6 +90,10 @@ def log_names(job: JobConfig, values: dict[str, Any]) -> tuple[str, str | None]:
                 base = base[: -len(suffix)]
                 break
         return base, None
+    if job.training.frame == "Inference":
+        from workload_generator.inference_entry import log_names as inference_log_names
+
+        return inference_log_names(job, values)
     if job.training.frame == "collective_test":
         from workload_generator.collective_test import collective_test_name
 
@@ -105,7 +109,7 @@ def needs_shared_aiob(job: JobConfig, values: dict[str, Any]) -> bool:
     """Whether the replay's compute times are measured now (``--aiob_enable`` or ``--compute_source
     aiob``): then rank 0 measures once on its device and shares the result (:func:`rank_workload`'s
     ``compute``), as AICB's local rank 0 does, instead of every rank measuring at once."""
-    if values.get("workload") or job.training.frame == "collective_test":
+    if values.get("workload") or job.training.frame in ("collective_test", "Inference"):
         return False
     from workload_generator.compute_times import default_source
 
@@ -135,6 +139,10 @@ def rank_workload(job: JobConfig, values: dict[str, Any], rank: int, compute: An
             raise ConfigError(f"--workload {path} holds one pipeline stage's p2p items, but --pipeline_model_parallel "
                               f"is {job.parallel.pp}: give one file per stage with {{pp_rank}} in the path")
         return workload, resolved
+    if job.training.frame == "Inference":
+        from workload_generator.inference_entry import stage_workload
+
+        return stage_workload(job, values, stage, log=print if rank == 0 else None), f"inference stage {stage}"
     if job.training.frame == "collective_test":
         from workload_generator.collective_test import collective_test_workload
 

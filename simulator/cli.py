@@ -218,6 +218,10 @@ def simulate_args(args: argparse.Namespace) -> tuple[Any, str, Any]:
         result = simulate_job(job, args.topology, options, model)
         source = _job_name(job, values)
     else:
+        from simulator import inference
+
+        if model == "simai" and inference.is_inference_workload(args.workload):  # AICB 2.1's inference files
+            notes.append(inference.SIMAI_NOTE)
         result = api.simulate(args.workload, args.topology, options, model=model)
         source = args.workload
     result.warnings.extend(notes)
@@ -230,8 +234,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse flags, simulate, write the result files, print the summary.  Returns the exit status."""
     args = build_parser().parse_args(argv)
     # Heavy imports after the flags are known to be well-formed.
-    from simulator import report
+    from simulator import inference, report
 
+    if inference.wants_topo(args):  # an inference workload (mode: 1) on --model topo: TTFT / TPOT
+        return inference.cli_main(args, PROG, SIMAI_ONLY)
     result, source, job = simulate_args(args)
     prefix = report.output_prefix(args.result, args.result_folder, source)
     contents: dict[str, str | bytes] = dict(report.result_texts(result, prefix))

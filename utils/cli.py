@@ -274,6 +274,59 @@ REPLAY = [
     _f("--emulate", None, "run these collectives (comma list, or all) as the gloo emulations do, even where the "
        "backend has them (for comparison and tests)", type=str),
 ]
+INFERENCE = [
+    # AICB 2.1's SimAI_inference_workload_generator / Vidur_workload_generator flags (its defaults), then ours.
+    _f("--phase", "decode", "inference phase: prefill (tokens = seq_length x micro_batch) or decode (tokens = "
+       "micro_batch, each attending to a KV cache of seq_length)", type=str, choices=("prefill", "decode")),
+    _f("--seq_length", 1, "prompt length (prefill) or cached context per sequence (decode)"),
+    _f("--micro_batch", 1, "sequences per attention replica (AICB's bs)"),
+    _f("--world_size", 1, "number of GPUs"),
+    _f("--tensor_model_parallel_size", 1, "attention tensor-parallel size (tp)"),
+    _f("--expert_model_parallel_size", 1, "expert-parallel size (ep; spans the attention replicas)"),
+    _f(("--pipeline_model_parallel", "--pipeline_model_parallel_size"), 1, "pipeline-parallel size (pp)"),
+    _switch("--moe_enable", "accepted for AICB compatibility (the inference models are MoE)", default=True),
+    _f("--result_dir", "results/workload/", "directory of the output files", type=str),
+    _switch("--aiob_enable", "time the computation here (torch modules; CPU fallbacks without a GPU)"),
+    _f("--aiob_forward_loops", 1, "timed forward passes per operation with --aiob_enable"),
+    _f("--pp_rank", 0, "pipeline stage whose workload is written"),
+    _f("--gpu_type", None, "GPU of the compute model's table (H100, H200, ...): estimated compute times and the "
+       "memory check", type=str),
+    _f("--compute_source", None, "aiob, file, model or placeholder (default: aiob with --aiob_enable, file with "
+       "--comp_filepath or an existing AIOB output, model with --gpu_type, else AICB's 1 ns placeholder)", type=str,
+       choices=("aiob", "file", "model", "placeholder")),
+    _f("--comp_filepath", None, "read computation times from this inference compute file (AICB's or ours)",
+       type=str),
+    _f("--dtype", None, "weights of the linear layers: float8 or bfloat16 (default: the model's, DeepSeek float8, "
+       "Qwen3 bfloat16)", type=str),
+    _f("--kv_dtype", "bfloat16", "KV cache (and recurrent state) dtype", type=str),
+    _f("--moe_routing_strategy", "RoundRobin", "RoundRobin (balanced; AICB's sizes) or UniformRandom (seeded)",
+       type=str, choices=("RoundRobin", "UniformRandom")),
+    _f("--moe_routing_skew", 0.0, "Zipf skew s of the routing: expert e gets a share proportional to (e+1)^-s",
+       type=float),
+    _f("--seed", 0, "seed of UniformRandom routing"),
+    _f("--dispatch_dtype", "fp8", "MoE dispatch precision: fp8 (DeepEP's, AICB's) or bf16 (the combine is bf16)",
+       type=str, choices=("fp8", "bf16")),
+    _f(("--output", "-o"), None, "write to this path instead of AICB's name under --result_dir", type=str),
+]
+"""Flags of the inference entries (:mod:`workload_generator.inference_entry`); not part of :data:`ALL_GROUPS`,
+whose training flags share some names with other defaults."""
+
+
+def add_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup, flags: Sequence[Flag]) -> None:
+    """Add ``flags`` with their defaults (every long name in both spellings) to a parser or group."""
+    for flag in flags:
+        names = [s for name in flag.names for s in _spellings(name)]
+        kwargs: dict[str, Any] = {"dest": flag.dest, "default": flag.default,
+                                  "help": f"{flag.help} (default: {flag.default})"}
+        if flag.action is not None:
+            kwargs["action"] = flag.action
+        else:
+            kwargs.update(type=flag.type, metavar=flag.dest.upper() if flag.choices is None else None)
+            if flag.choices is not None:
+                kwargs["choices"] = flag.choices
+        parser.add_argument(*names, **kwargs)
+
+
 ALL_GROUPS = {
     "general": GENERAL, "model": MODEL, "Megatron": MEGATRON, "DeepSpeed": DEEPSPEED,
     "collective test": COLLECTIVE, "MoE": MOE, "AIOB": AIOB, "SimAI": SIMAI, "DeepSeek": DEEPSEEK,

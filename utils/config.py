@@ -15,7 +15,8 @@ from utils.model_config import ModelConfig
 from utils.parallel import ParallelConfig
 from utils.units import DTYPE_BYTES
 
-FRAMES = ("Megatron", "DeepSpeed", "DeepSeek", "collective_test")
+FRAMES = ("Megatron", "DeepSpeed", "DeepSeek", "collective_test", "Inference")
+"""``Inference`` is aicb.py's: its job (workload_generator.inference_entry) rides in ``extra``."""
 RECOMPUTE = ("none", "selective", "full")
 DISPATCHERS = ("alltoall", "allgather")
 
@@ -113,7 +114,7 @@ class JobConfig:
     training: TrainingConfig = field(default_factory=TrainingConfig)
 
     def __post_init__(self) -> None:
-        if self.training.frame != "collective_test":
+        if self.training.frame not in ("collective_test", "Inference"):  # an InferenceJob checks its own
             self.parallel.check_model(self.model, self.training.seq_length, self.training.dtype)
 
     @property
