@@ -108,3 +108,27 @@ def test_pp_overlap_note_on_stdout(tmp_path):
                    "--pp_busbw", "47.5", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "note: -pp_o 0.5 differs from SimAI 1.7's meaning" in done.stdout and "47.5 GiB/s" in done.stdout
+
+
+def test_placeholder_compute_warns_and_estimator_is_refused_for_simai_files():
+    from simulator.options import TopoOptions
+    from workload_generator.simai import SimAIWorkload
+
+    older = SimAIWorkload.read(EXAMPLES / "aicb_simai_L7B_megatron_tp2_pp1_mbs1_A100.txt", strict=False)
+    assert older.placeholder_compute is False  # AICB's A100 file carries measured times
+    micro = SimAIWorkload.read(EXAMPLES / "simai_micro_allreduce.txt", strict=False)
+    for record in micro.records:
+        record.fwd_compute_ns = record.ig_compute_ns = record.wg_compute_ns = 1
+    result = simulate(micro, SimAIOptions(gpus_per_server=8, nics_per_server=8))
+    assert any("AICB's placeholder of 1 ns" in w for w in result.warnings)
+    with pytest.raises(ConfigError, match="compute_time_ns prices the computation items of a job"):
+        simulate(str(EXAMPLES / "simai_micro_allreduce.txt"), None,
+                 TopoOptions(gpus_per_server=8, compute_time_ns=lambda item: 1000.0))
+
+
+def test_topo_gen_nvl_says_what_simai_builds(tmp_path):
+    done = run_cli("-m", "topo.gen", "-topo", "NVL", "-g", "16", cwd=tmp_path)
+    assert done.returncode == 2 and done.stdout == ""
+    assert "-g 16 is not a multiple of -topo NVL's 72 GPUs per NVLink domain" in done.stderr
+    assert "No_Rail_Opti_16g_8gps_SingleToR_400Gbps_H100" in done.stderr and "IndexError" not in done.stderr
+    assert run_cli("-m", "topo.gen", "-topo", "NVL", "-gps", "8", "-g", "16", cwd=tmp_path).returncode == 0
