@@ -49,16 +49,22 @@ def main(argv: list[str] | None = None) -> int:
 
         return replay_main(job, values)
     job, values = parse_job(argv, PROG, "Generate, time and replay the communication of a training iteration.")
-    if values["workload_only"] and job.training.frame == "collective_test":
-        from workload_generator.generate_collective_test import main as write_sweep
-
-        return write_sweep(argv)
     if values["workload_only"]:
-        workload = build_timed_workload(job, values)  # --aiob_enable / --comp_filepath / --compute_source
-        path = values.get("output") or default_workload_path(job, values, workload.generator or job.training.frame.lower())
-        workload.dump(path)
-        print(f"Workload file generated: {path} ({len(workload)} items, pipeline rank {job.parallel.pp_rank})")
-        report_memory(job, values)
+        if job.training.frame == "collective_test":
+            from workload_generator.generate_collective_test import write_sweep
+
+            path = write_sweep(job, values)
+        else:
+            workload = build_timed_workload(job, values)  # --aiob_enable / --comp_filepath / --compute_source
+            path = values.get("output") or default_workload_path(job, values,
+                                                                 workload.generator or job.training.frame.lower())
+            workload.dump(path)
+            print(f"Workload file generated: {path} ({len(workload)} items, pipeline rank {job.parallel.pp_rank})")
+            report_memory(job, values)
+        if values["enable_visual"]:
+            from visualize.generate import write_visual
+
+            print(f"visual output: {write_visual(path, output_dir=values.get('output_dir'))}")
         return 0
     from workload_applyer import replay_main
 

@@ -541,6 +541,10 @@ def replay_main(job: JobConfig, values: dict[str, Any]) -> int:
             from log_analyzer.log import report_text
 
             print(report_text(log.path, sweep=job.training.frame == "collective_test"), flush=True)
+            if values.get("enable_visual"):
+                from visualize.generate import write_visual
+
+                print(f"visual output: {write_visual(log.path, output_dir=values.get('output_dir'))}", flush=True)
             notice = applyer.compute_notice()
             if notice:
                 print(f"\nnote: {notice}", flush=True)

@@ -22,7 +22,8 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "DETAIL_COLUMNS": "log_analyzer.log", "Log": "log_analyzer.log", "LogWriter": "log_analyzer.log",
+    "DETAIL_COLUMNS": "log_analyzer.log", "Log": "log_analyzer.log", "LogItem": "log_analyzer.log",
+    "LogWriter": "log_analyzer.log",
     "detail_path": "log_analyzer.log", "write_detail": "log_analyzer.log",
     "IterationStats": "log_analyzer.summary", "comm_summary": "log_analyzer.summary",
     "format_comm_summary": "log_analyzer.summary", "format_iteration_stats": "log_analyzer.summary",

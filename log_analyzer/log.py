@@ -235,6 +235,21 @@ class Log:
             iterations = iterations.merge(slow, on="iteration", how="left")
         return cls(path=path, items=items, iterations=iterations, detail_path=dpath)
 
+    # ---- AICB's names (its tutorial's ``Log.load(f).comm_logs`` / ``comm_log_each_epoch``) ----------------
+
+    @property
+    def comm_logs(self) -> list[LogItem]:
+        """Every logged operation as a :class:`LogItem` (AICB's ``Log.comm_logs``), in order."""
+        return [LogItem.from_row(row) for row in self.items.to_dict("records")]
+
+    @property
+    def comm_log_each_epoch(self) -> list[list[LogItem]]:
+        """The operations of each block, init first (AICB's ``Log.comm_log_each_epoch``)."""
+        blocks: dict[int, list[LogItem]] = {}
+        for row in self.items.to_dict("records"):
+            blocks.setdefault(int(row["iteration"]), []).append(LogItem.from_row(row))
+        return [blocks.get(i, []) for i in range(max(blocks, default=-1) + 1)]
+
     def iteration_stats(self):
         """:func:`log_analyzer.summary.iteration_stats` of the measured iterations."""
         from log_analyzer.summary import iteration_stats
@@ -246,6 +261,50 @@ class Log:
         from log_analyzer.summary import comm_summary
 
         return comm_summary(self.items if include_init else self.measured)
+
+
+@dataclass
+class LogItem:
+    """One logged operation under AICB's attribute names (``log_analyzer.log.LogItem``): ``_elapsed_time`` in
+    ms, ``algbw`` / ``busbw`` in GB/s, ``msg_size`` in bytes (``None`` for a computation)."""
+
+    comm_type: str
+    comm_group: str | None
+    comm_group_size: int | None
+    msg_size: int | None
+    stage: str | None
+    dst: int | None
+    src: int | None
+    additional: str | None
+    _elapsed_time: float | None
+    algbw: float | None
+    busbw: float | None
+    count: int | None
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> LogItem:
+        import pandas as pd
+
+        def value(key: str) -> Any:
+            item = row.get(key)
+            return None if item is None or pd.isna(item) else item
+
+        return cls(str(row["comm_type"]), value("comm_group"), value("comm_group_size"), value("msg_size"),
+                   value("stage"), value("dst"), value("src"), value("additional"), value("elapsed_ms"),
+                   value("algbw_gbps"), value("busbw_gbps"), value("count"))
+
+
+class Workload:
+    """AICB's ``log_analyzer.log.Workload``: ``Workload.load(path)`` returns ``(workload, args)``, here the
+    :class:`utils.workload.Workload` read from the CSV itself (AICB needs a pickle beside it) and the job
+    configuration it carries (``None`` for a CSV from elsewhere).  New code: ``log_analyzer.Workload.load``."""
+
+    @staticmethod
+    def load(path: str | os.PathLike) -> tuple[Any, Any]:
+        from utils.workload import Workload as _Workload
+
+        workload = _Workload.load(path)
+        return workload, workload.config
 
 
 def _iteration_table(items: pd.DataFrame, epochs: pd.DataFrame) -> pd.DataFrame:

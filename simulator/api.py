@@ -40,7 +40,7 @@ def _run_simai(workload: Any, topology: Any, options: Any) -> SimulationResult:
         raise TypeError(f"the simai model takes SimAIOptions, got {type(options).__name__}")
     loaded = load_workload(workload)
     result = SimAIModel(loaded, options).run()
-    result.warnings[:0] = loaded.warnings
+    result.warnings[:0] = loaded.warnings + loaded.placeholder_warning()
     return result
 
 

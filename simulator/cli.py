@@ -27,6 +27,7 @@ end with one line ``simulator: error: ...`` and exit status 2, before any file i
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -53,7 +54,18 @@ def build_parser() -> CliParser:
                    help="simai: SimAI 1.7's analytical model (SIMAI_ANALYTICAL.md); topo: ours (SIM_MODEL.md). "
                         "Default: topo with -t, else simai")
     p.add_argument("-t", "--topology", metavar="FILE",
-                   help="SimAI topology file (python -m topo.gen); implies --model topo")
+                   help="SimAI topology file (python -m topo.gen); implies --model topo.  SimAI's ns-3 spelling "
+                        "'-t N -n TOPO' (N threads) is understood: -n names the topology, N is ignored")
+    p.add_argument("-n", "--network", dest="network", metavar="FILE",
+                   help="SimAI ns-3 binary's spelling of -t/--topology")
+    p.add_argument("-c", "--config", dest="ns3_config", metavar="FILE",
+                   help="SimAI ns-3 binary's SimAI.conf: accepted and ignored (our models take no ns-3 settings)")
+    p.add_argument("-busbw", "--bus-bandwidth", "--bus_bandwidth", "--busbw", dest="busbw", metavar="FILE",
+                   help="SimAI's busbw.yaml: measured busbw (GiB/s) per group and collective, used as SimAI's "
+                        "pre-1.7 binary did (--model simai)")
+    p.add_argument("--lenient", action="store_true",
+                   help="accept AICB's older SimAI files without pp/vpp/ga (or ep, all_gpus) header keys, assuming "
+                        "SimAI's defaults (pp 1, ga 1, ep 1, vpp = the layer records per micro-batch) and saying so")
     p.add_argument("-g", "--gpus", type=positive_int, metavar="N", help="number of GPUs (default: the workload's all_gpus)")
     p.add_argument("-g_p_s", "--gpus_per_server", "--gpus-per-server", type=positive_int, metavar="N", help="GPUs per server")
     p.add_argument("-n_p_s", "--nics_per_server", "--nics-per-server", type=positive_int, metavar="N", help="NICs per server")
@@ -74,7 +86,9 @@ def build_parser() -> CliParser:
                    help="result path prefix, as SimAI's -r (ending in '/': a folder; the name is then the workload's stem)")
     p.add_argument("-r_f", "--result_folder", "--result-folder", metavar="DIR",
                    help="folder for the result files (default results/ for a prefix without a folder)")
-    p.add_argument("-v", "--visual", action="store_true", help="accepted for SimAI compatibility; no HTML chart")
+    p.add_argument("-v", "--visual", nargs="?", const="1", default=None, metavar="0|1",
+                   help="SimAI's -v / -v 1 (its HTML pie chart): our --plot draws the breakdown instead; "
+                        "accepted with a note")
     p.add_argument("--trace", metavar="FILE.json", help="topo: write a Chrome/Perfetto trace of the iteration")
     p.add_argument("--plot", metavar="FILE.png", help="write a breakdown plot (compute, exposed comm, bubble)")
     topo = p.add_argument_group("--model topo")
@@ -100,7 +114,7 @@ def build_parser() -> CliParser:
 
 
 SIMAI_ONLY = (("dp_overlap", "-dp_o", 0.0), ("tp_overlap", "-tp_o", 0.0), ("ep_overlap", "-ep_o", 0.0),
-              ("pp_overlap", "-pp_o", 1.0), ("pp_busbw", "--pp_busbw", None))
+              ("pp_overlap", "-pp_o", 1.0), ("pp_busbw", "--pp_busbw", None), ("busbw", "-busbw", None))
 TOPO_ONLY = (("topology", "-t/--topology", None), ("trace", "--trace", None),
              ("overlap_grad_reduce", "--overlap_grad_reduce", None), ("tp_comm_overlap", "--tp_comm_overlap", False),
              ("nvlink_efficiency", "--nvlink_efficiency", None), ("nic_efficiency", "--nic_efficiency", None),
@@ -175,6 +189,7 @@ def simulate_args(args: argparse.Namespace) -> tuple[Any, str, Any]:
     from simulator import api
     from simulator.options import SimAIOptions, TopoOptions
 
+    notes: list[str] = _ns3_spellings(args)
     model = args.model or ("topo" if args.topology else "simai")
     if model not in api.MODELS:
         raise ConfigError(f"--model {model} is not available in this version (available: {', '.join(api.MODELS)})")
@@ -189,8 +204,11 @@ def simulate_args(args: argparse.Namespace) -> tuple[Any, str, Any]:
         stray = sorted(d for d in args.job_flags if hasattr(args, d))
         if stray:
             raise ConfigError(f"--{stray[0]} describes a job: give the job's flags without -w, or -w FILE without them")
-    notes: list[str] = []
     gpu_type = _simai_gpu(args.gpu_type) if job is not None else args.gpu_type
+    workload: Any = args.workload
+    if workload is not None and args.lenient:
+        workload = api.load_workload(workload)
+        notes.extend(workload.assume_defaults())
     if model == "simai":
         given = [flag for name, flag, default in TOPO_ONLY if getattr(args, name) != default]
         if given:
@@ -200,12 +218,13 @@ def simulate_args(args: argparse.Namespace) -> tuple[Any, str, Any]:
             gpus=args.gpus, gpus_per_server=args.gpus_per_server, nics_per_server=args.nics_per_server,
             nvlink_bw=args.nvlink_bw, nic_busbw=args.nic_busbw, gpu_type=gpu_type,
             nic_type=args.nic_type, dp_overlap=args.dp_overlap, tp_overlap=args.tp_overlap,
-            ep_overlap=args.ep_overlap, pp_overlap=args.pp_overlap, pp_busbw=args.pp_busbw,
+            ep_overlap=args.ep_overlap, pp_overlap=args.pp_overlap, pp_busbw=args.pp_busbw, busbw_file=args.busbw,
         )
     else:
         for name, flag, default in SIMAI_ONLY:
             if getattr(args, name) != default:
-                notes.append(f"{flag} is SimAI's knob and is ignored by --model topo (overlap comes from the schedule)")
+                why = "overlap comes from the schedule" if name.endswith("overlap") else "bandwidths come from the fabric"
+                notes.append(f"{flag} is SimAI's knob and is ignored by --model topo ({why})")
         options = TopoOptions(
             gpus=args.gpus, gpus_per_server=args.gpus_per_server, nics_per_server=args.nics_per_server,
             nvlink_bw=args.nvlink_bw, nic_busbw=args.nic_busbw, gpu_type=gpu_type,
@@ -222,12 +241,36 @@ def simulate_args(args: argparse.Namespace) -> tuple[Any, str, Any]:
 
         if model == "simai" and inference.is_inference_workload(args.workload):  # AICB 2.1's inference files
             notes.append(inference.SIMAI_NOTE)
-        result = api.simulate(args.workload, args.topology, options, model=model)
+        result = api.simulate(workload, args.topology, options, model=model)
         source = args.workload
     result.warnings.extend(notes)
-    if args.visual:
-        result.warnings.append("-v/--visual is accepted for SimAI compatibility; no HTML chart is written (see --plot)")
+    if args.visual not in (None, "0"):
+        result.warnings.append("-v/--visual: SimAI's HTML pie chart is not written; --plot FILE.png draws the "
+                               "breakdown")
     return result, source, job
+
+
+def _ns3_spellings(args: argparse.Namespace) -> list[str]:
+    """SimAI's ns-3 binary spells the topology ``-n FILE`` and the thread count ``-t N``; ours is ``-t FILE``.
+    Resolve the two (in place) and return the notes: ``-n`` names the topology, a ``-t`` given beside it or
+    one that is a bare number naming no file is the thread count (ignored: our models run in one thread);
+    ``-c SimAI.conf`` is ignored.  ``-v`` takes SimAI's 0 or 1."""
+    notes = []
+    if args.visual not in (None, "0", "1"):
+        raise ConfigError(f"-v/--visual takes 0 or 1 (SimAI's spelling), got {args.visual!r}")
+    threads = args.topology if args.topology is not None and args.topology.isdigit() else None
+    if args.network is not None:
+        if args.topology is not None and threads is None:
+            raise ConfigError(f"-t {args.topology} and -n {args.network} both name a topology; give one")
+        args.topology = args.network
+    elif threads is not None and not os.path.exists(threads):
+        raise ConfigError(f"-t {threads}: no topology file of that name (SimAI's ns-3 binary reads -t as a thread "
+                          "count and -n as the topology: give -n FILE, or -t FILE)")
+    if threads is not None and args.topology != threads:
+        notes.append(f"-t {threads}: SimAI's ns-3 thread count, ignored (the topology is -n {args.topology})")
+    if args.ns3_config is not None:
+        notes.append(f"-c {args.ns3_config}: SimAI's ns-3 settings file is ignored (our models take none)")
+    return notes
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -257,6 +300,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if job is None and result.model == "topo" and stages > 1:
             print(f"note: {args.workload} describes one pipeline stage; each of the {stages} stages runs its records "
                   "(give the job's flags instead of -w to simulate every stage as Megatron builds it)")
+        if result.model == "simai" and args.pp_overlap != 1.0:
+            bw = result.setup.get("pp_busbw_gibps")
+            print(f"note: -pp_o {args.pp_overlap:g} differs from SimAI 1.7's meaning: SimAI divides the PP term by "
+                  f"pp_o as if it were a bandwidth; here the PP term is 2 x vpp x ga x pp_comm / PP busbw"
+                  f"{f' ({bw:g} GiB/s, --pp_busbw)' if bw else ' (--pp_busbw)'} x (1 - pp_o)")
         print(report.summary_text(result))
         if result.memory is not None:
             print(result.memory.table())

@@ -6,6 +6,7 @@ GiB/s for SimAI compatibility only); overlap ratios are fractions in [0, 1].
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -64,7 +65,10 @@ class SimAIOptions:
     and ``nic_busbw`` (-nic) are GiB/s; ``None`` or a value <= 0 takes the default of
     ``gpu_type`` / ``nic_type``.  ``pp_busbw`` is the bandwidth (GiB/s) of the pipeline-parallel
     send in the PP exposed term; ``None`` takes the DP group's inter-node busbw.  SimAI 1.7 divides
-    by ``pp_overlap`` there instead (a bug; see :mod:`simulator.simai_model`).
+    by ``pp_overlap`` there instead (a bug; see :mod:`simulator.simai_model`).  ``busbw_file`` (-busbw):
+    a :class:`simulator.busbw_file.BusbwFile` or its path; its values then price the collectives it
+    covers as SimAI's pre-1.7 binary did (no ratio tables, no fixed small-message latencies), and its
+    ``PP: busbw`` is the default ``pp_busbw``.
     """
 
     gpus: int | None = None
@@ -79,9 +83,14 @@ class SimAIOptions:
     ep_overlap: float = 0.0
     pp_overlap: float = 1.0
     pp_busbw: float | None = None
+    busbw_file: Any = None
 
     def __post_init__(self) -> None:
         _check_cluster(self)
+        if isinstance(self.busbw_file, (str, os.PathLike)):
+            from simulator.busbw_file import BusbwFile
+
+            object.__setattr__(self, "busbw_file", BusbwFile.read(self.busbw_file))
         for name, flag in (("dp_overlap", "-dp_o"), ("tp_overlap", "-tp_o"), ("ep_overlap", "-ep_o"),
                            ("pp_overlap", "-pp_o")):
             value = getattr(self, name)

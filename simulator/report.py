@@ -99,8 +99,10 @@ def summary_text(result: SimulationResult) -> str:
     lines = [
         f"{result.model} model: {result.workload_path}: {len(result.layers)} records; tp {s.get('tp')} "
         f"ep {s.get('ep')} pp {s.get('pp')} dp {s.get('dp')} ga {s.get('ga')} vpp {s.get('vpp')}; {s.get('gpus')} GPUs, "
-        f"{s.get('gpus_per_server')} GPUs and {s.get('nics_per_server')} NICs per server; NVLink "
-        f"{s.get('nvlink_gibps'):g} GiB/s, NIC {s.get('nic_gibps'):g} GiB/s",
+        f"{s.get('gpus_per_server')} GPUs per server; " + (
+            f"busbw from {s['busbw_file']} (SimAI's -busbw)" if s.get("busbw_file") else
+            f"{s.get('nics_per_server')} NICs per server; NVLink {s.get('nvlink_gibps'):g} GiB/s, "
+            f"NIC {s.get('nic_gibps'):g} GiB/s"),
     ]
     width = max(len(label) for _, label in TERMS)
     for name, label in TERMS:

@@ -30,6 +30,7 @@ import math
 from dataclasses import dataclass
 
 from simulator import simai_tables
+from simulator.busbw_file import GROUP_SECTIONS
 from simulator.cfloat import f32
 from simulator.options import SimAIOptions
 from simulator.result import CollectiveCost, LayerResult, SimulationResult, Totals
@@ -82,8 +83,9 @@ class SimAIModel:
         self.tp, self.pp, self.vpp, self.ga = workload.require("tp", "pp", "vpp", "ga")
         if options.gpus_per_server is None:
             raise ConfigError("-g_p_s/--gpus_per_server is required (SimAI 1.7 crashes without it)")
-        if options.nics_per_server is None:
-            raise ConfigError("-n_p_s/--nics_per_server is required (SimAI 1.7 crashes without it)")
+        if options.nics_per_server is None and options.busbw_file is None:
+            raise ConfigError("-n_p_s/--nics_per_server is required (SimAI 1.7 crashes without it; with -busbw FILE "
+                              "the file's bandwidths stand in)")
         self.gps = options.gpus_per_server
         self.nps = options.nics_per_server
         gpus = options.gpus if options.gpus is not None else header.all_gpus
@@ -98,6 +100,10 @@ class SimAIModel:
         self.dp = gpus // (self.tp * self.pp)
         self.nv = options.nvlink_gibps
         self.nic = options.nic_gibps
+        self.busbw_file = options.busbw_file
+        if self.busbw_file is not None:
+            for note in (*self.busbw_file.notes, *self.busbw_file.differences_from_pre17()):
+                self._warn(note)
         groups = self._groups_used()
         self.ep = self._resolve_ep(groups)
         self.pp_comm = self._resolve_pp_comm()
@@ -255,6 +261,16 @@ class SimAIModel:
         ratio, model_bw = 1.0, None
         if comm_type is None:
             time_ns, how = 0, "none"
+        elif self.busbw_file is not None and group in GROUP_SECTIONS:
+            # -busbw: SimAI's pre-1.7 binary: the file's busbw, no ratio table, no fixed small-message latency
+            if n <= 1:
+                time_ns, how = 0, "group-size-1"
+            else:
+                model_bw = self.busbw_file.busbw(group, comm_type)
+                seconds_x1e9 = size / GIB / model_bw * 1e9
+                if comm_type == ALL_REDUCE:
+                    seconds_x1e9 = seconds_x1e9 * 2
+                time_ns, how = int(seconds_x1e9 * (n - 1) / n), "busbw-file"
         elif 1 < size < SMALL_MESSAGE_BYTES:
             time_ns, how = LATENCY_NS.get(n, 0), "latency"
         else:
@@ -277,6 +293,9 @@ class SimAIModel:
 
     def default_pp_busbw(self) -> float:
         """The DP group's inter-node busbw in GiB/s: an all-gather over max(dp, 2) nodes."""
+        if self.nps is None:
+            raise ConfigError(f"the PP term of {self.workload.path} needs a PP busbw: give --pp_busbw, a 'PP: busbw' in "
+                              "the -busbw file, or -n_p_s")
         shape = self.shape("DP", max(self.dp, 2))
         assert shape is not None
         return self.busbw(ALL_GATHER, shape)[0]
@@ -322,7 +341,9 @@ class SimAIModel:
         pp_busbw = None
         pp_us = 0
         if self.pp_comm and self.pp_keep:  # SimAI adds the term whenever pp_comm is non-zero, pp 1 included
-            pp_busbw = f32(self.options.pp_busbw) if self.options.pp_busbw is not None else self.default_pp_busbw()
+            pp_busbw = f32(self.options.pp_busbw) if self.options.pp_busbw is not None else (
+                self.busbw_file.pp_busbw if self.busbw_file is not None and self.busbw_file.pp_busbw
+                else self.default_pp_busbw())
             # truncate(truncate(2 * vpp * ga * (pp_comm / 2^30) / X * 1e9 / 1000) * (1 - pp_o)), in us.
             pp_raw = int(2 * self.vpp * self.ga * (self.pp_comm / GIB / pp_busbw * 1e9) / 1000.0)
             pp_us = _expose(pp_raw, self.pp_keep)
@@ -332,6 +353,7 @@ class SimAIModel:
             tp=self.tp, ep=self.ep, pp=self.pp, vpp=self.vpp, ga=self.ga, dp=self.dp, gpus=self.gpus,
             gpus_per_server=self.gps, nics_per_server=self.nps, nvlink_gibps=self.nv, nic_gibps=self.nic,
             pp_comm_bytes=self.pp_comm, pp_busbw_gibps=pp_busbw, bubble_accumulator_us=bubble_acc_us,
+            busbw_file=self.busbw_file.path if self.busbw_file is not None else None,
             dp_overlap=self.options.dp_overlap, tp_overlap=self.options.tp_overlap,
             ep_overlap=self.options.ep_overlap, pp_overlap=self.options.pp_overlap,
         )

@@ -144,9 +144,12 @@ def load_scripts(workload: Any, options: TopoOptions) -> tuple[Scripts, Any, int
     scripts = scripts_from_simai(workload, gpus, overlap)
     if options.gpus is not None and header.all_gpus is not None and header.all_gpus != options.gpus:
         scripts.warnings.append(f"-g {options.gpus} differs from the workload's all_gpus {header.all_gpus}; using -g")
-    if options.compute_time_ns is not None:
-        scripts.warnings.append("compute_time_ns applies to our workloads only; SimAI records carry their compute times")
-    scripts.warnings[:0] = workload.warnings
+    for name in ("compute_time_ns", "compute_source"):
+        if getattr(options, name) is not None:
+            raise ConfigError(f"TopoOptions.{name} prices the computation items of a job or of our workloads; the "
+                              f"records of {workload.path} carry their own compute times and no operation shapes "
+                              "(simulate the JobConfig instead, or regenerate the file with --gpu_type)")
+    scripts.warnings[:0] = workload.warnings + workload.placeholder_warning()
     return scripts, None, gpus, workload.path, workload
 
 

@@ -68,12 +68,12 @@ def test_preset_never_overrides_given_flags(tmp_path):
 @pytest.mark.parametrize("args, needles", [
     (["--bogus"], ["unrecognized arguments: --bogus"]),
     (["--world_size", "x"], ["--world_size", "invalid integer: 'x'"]),
-    (["--model_name", "gpt_99B"], ["unknown model 'gpt_99B'", "known models: gpt_tiny"]),
+    (["--model_name", "gpt_99B"], ["--model_name 'gpt_99B' is no preset", "--hidden_size", "gpt_tiny"]),
     (["--model_name", "gpt_13B", "--world_size", "12", "--tensor_model_parallel_size", "8"],
      ["--world_size 12 is not divisible by --tensor_model_parallel_size 8"]),
     (["--model_name", "gpt_13B", "--world_size", "16", "--tensor_model_parallel_size", "16", "--global_batch", "1"],
      ["--num_attention_heads 40 is not divisible by --tensor_model_parallel_size 16"]),
-    (["--frame", "Megatronn"], ["argument --frame: invalid choice: 'Megatronn'"]),
+    (["--frame", "Megatronn"], ["--frame", "invalid choice: 'Megatronn'"]),
 ])
 def test_bad_input_is_one_line(tmp_path, args, needles):
     out = tmp_path / "w.csv"

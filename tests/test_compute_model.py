@@ -218,7 +218,8 @@ def test_full_recompute_layer_reruns_the_forward():
 
 
 def test_fp8_layer_gemms_at_fp8_peak_communication_in_bf16():
-    bf16, fp8 = job(seq=2048), job(seq=2048, dtype="float8")
+    model = DENSE.with_changes(max_position_embeddings=2048)  # learned positions must cover the sequence
+    bf16, fp8 = job(model, seq=2048), job(model, seq=2048, dtype="float8")
     a, b = MegatronWorkload(bf16)(), MegatronWorkload(fp8)()
     # every collective and p2p keeps its bf16 size (Transformer Engine casts only GEMM inputs)
     comm_a = [(i.comm_type, i.msg_size) for i in a if not i.is_computation]

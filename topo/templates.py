@@ -121,6 +121,13 @@ def resolve(given: dict[str, Any]) -> FabricSpec:
         gps = given.get("gpu_per_server", 72)
         if template == "NVL72" and gps != 72:
             raise ConfigError(f"-topo NVL72 has 72 GPUs per NVLink domain, not -gps {gps}; use -topo NVL -gps {gps}")
+        g = given.get("gpu")
+        if g is not None and isinstance(gps, int) and gps > 0 and g % gps:
+            raise ConfigError(
+                f"-g {g} is not a multiple of -topo {template}'s {gps} GPUs per NVLink domain (-gps): give -gps N "
+                f"dividing {g} or -g a multiple of {gps}.  SimAI's generator has no {template} shape: it silently "
+                f"builds its custom fabric instead (not rail-optimised, single ToR, 8 GPUs per server: "
+                f"No_Rail_Opti_{g}g_8gps_SingleToR_400Gbps_H100)")
         values.update(_NVL_DEFAULTS, gpu_per_server=gps, gpu=8 * gps, asw_per_psw=max(64, gps))
         forced = dict(ro=True, dt=False, dp=False)
     for switch, value in forced.items():

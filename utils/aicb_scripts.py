@@ -74,21 +74,30 @@ _COMMON_SWITCHES = {
 
 # megatron_gpt.sh: tp 8 unless a size says otherwise, global batch = 2 micro-batches per replica,
 # the distributed optimizer always on.
+# Both Megatron scripts pass --max_position_embeddings=4096 and --use-distributed-optimizer with every size.
 MEGATRON_GPT = Script(
     "megatron_gpt", _COMMON_VALUES, _COMMON_SWITCHES,
     defaults={"frame": "Megatron", "model_size": "13", "seq_length": "2048", "micro_batch": "1", "epoch_num": "1",
-              "tensor_model_parallel_size": "8", "pipeline_model_parallel": "1", "context_parallel_size": "1"},
+              "tensor_model_parallel_size": "8", "pipeline_model_parallel": "1", "context_parallel_size": "1",
+              "max_position_embeddings": "4096"},
     size_defaults={"405": {"pipeline_model_parallel": "16"}, "65": {"pipeline_model_parallel": "2"},
                    "moe": {"tensor_model_parallel_size": "2"}},
 )
-# megatron_workload_with_aiob.sh: 32 GPUs, tp 8 (4 for -m 7 and moe), global batch 1024, seq 4096.
+# megatron_workload_with_aiob.sh: 32 GPUs, tp 8 (4 for -m 7 and moe, 1 for DeepSeek), global batch 1024, seq 4096.
+_DEEPSEEK_TP = {"tensor_model_parallel_size": "1"}
 MEGATRON_WORKLOAD_WITH_AIOB = Script(
     "megatron_workload_with_aiob", _COMMON_VALUES, _COMMON_SWITCHES,
     defaults={"frame": "Megatron", "model_size": "13", "world_size": "32", "tensor_model_parallel_size": "8",
               "pipeline_model_parallel": "1", "global_batch": "1024", "micro_batch": "1", "seq_length": "4096",
-              "epoch_num": "1"},
-    size_defaults={"7": {"tensor_model_parallel_size": "4"}, "moe": {"tensor_model_parallel_size": "4"}},
+              "epoch_num": "1", "max_position_embeddings": "4096"},
+    size_defaults={"7": {"tensor_model_parallel_size": "4"}, "moe": {"tensor_model_parallel_size": "4"},
+                   "deepseek": _DEEPSEEK_TP, "deepseek16": _DEEPSEEK_TP, "deepseek236": _DEEPSEEK_TP,
+                   "deepseek671": _DEEPSEEK_TP},
 )
+_SIZE_SWITCHES = {"moe": {"moe_grouped_gemm"}}
+"""Switches a size turns on in both Megatron scripts (-m moe: grouped GEMM)."""
+FORCED_BY_AICB = {("megatron_workload_with_aiob", "deepseek"): {"tensor_model_parallel_size": "1"}}
+"""Values AICB's script forces over the user's flags for a size family; ours only defaults them and says so."""
 SCRIPTS = {s.name: s for s in (MEGATRON_GPT, MEGATRON_WORKLOAD_WITH_AIOB)}
 
 # deepspeed_llama.sh: LLaMA -m 7/13/30/65 (7 by default), ZeRO stage 3, 10 iterations, micro-batch 4,
@@ -117,6 +126,21 @@ DEEPSPEED_LLAMA = Script(
               "seq_length": "2048"},
 )
 SCRIPTS[DEEPSPEED_LLAMA.name] = DEEPSPEED_LLAMA
+# coll_comm_check.sh: a collective sweep over every GPU of the job (4 KiB .. 8 GiB, 500 iterations each);
+# --multi_all_reduce_enable 1 runs AICB's multi all-reduce test with one pipeline stage per node.
+COLL_COMM_CHECK = Script(
+    "coll_comm_check",
+    {"model_name": ("--model_name", "--model-name"), "iter_num": ("--iter_num", "--iter-num"),
+     "begin_size": ("--begin_size", "--begin-size"), "end_size": ("--end_size", "--end-size"),
+     "test_comm": ("--test_comm", "--test-comm"),
+     "multi_all_reduce_enable": ("--multi_all_reduce_enable", "--muti-all-reduce-enable", "--multi-all-reduce-enable"),
+     "world_size": ("--world_size",), "nnodes": ("--nnodes",), "node_rank": ("--node_rank",),
+     "nproc_per_node": ("--nproc_per_node",), "master_addr": ("--master_addr",), "master_port": ("--master_port",)},
+    {"enable_visual": ("--enable_visual",), "workload_only": ("--workload_only",)},
+    defaults={"frame": "collective_test", "model_name": "all_reduce", "iter_num": "500", "begin_size": "4096",
+              "end_size": "8589934592", "test_comm": "all_reduce", "multi_all_reduce_enable": "0", "epoch_num": "1"},
+)
+SCRIPTS[COLL_COMM_CHECK.name] = COLL_COMM_CHECK
 # Uneven stages for Llama 3 405B on 16 stages (7 + 14 x 8 + 7 = 126 layers), as Meta trained it.
 _UNEVEN = {("405", "16"): ("7", "7")}
 
@@ -148,23 +172,42 @@ def parse_script_args(script: Script, argv: list[str]) -> tuple[dict[str, str], 
     return values, switches, rest
 
 
-def command_for(script: Script, argv: list[str], gpus_on_node: int | None = None) -> list[str]:
-    """The command the script runs for ``argv`` (the generator, or torchrun for a replay)."""
+def command_for(script: Script, argv: list[str], gpus_on_node: int | None = None,
+                notes: list[str] | None = None) -> list[str]:
+    """The command the script runs for ``argv`` (the generator, or torchrun for a replay).  ``notes``
+    collects what the user should know (a value AICB's script would have forced)."""
     given, switches, rest = parse_script_args(script, argv)
     values = dict(script.defaults)
     size = given.get("model_size", values.get("model_size"))
-    if "model_name" in given:
+    if "model_name" in given and "model_size" not in given:
         values.pop("model_size", None)
         size = None
-    values.update(script.size_defaults.get(str(size), {}))
+    key = str(size).lower() if size is not None else None
+    values.update(script.size_defaults.get(key, {}))
+    switches |= _SIZE_SWITCHES.get(key, set()) if script in (MEGATRON_GPT, MEGATRON_WORKLOAD_WITH_AIOB) else set()
+    family = "deepseek" if key and key.startswith("deepseek") else key
+    for flag, forced in FORCED_BY_AICB.get((script.name, family), {}).items():
+        if flag in given and given[flag] != forced and notes is not None:
+            notes.append(f"AICB's {script.name}.sh forces --{flag} {forced} for -m {size}; keeping your {given[flag]}")
     values.update(given)
     if size is not None:
         values["model_size"] = str(size)
     nnodes = int(values.pop("nnodes", os.environ.get("WORLD_SIZE", "1")))
-    nproc = int(values.pop("nproc_per_node", gpus_on_node or _gpus_on_node()))
     launcher = {k: values.pop(k) for k in ("node_rank", "master_addr", "master_port") if k in values}
+    nproc_given = values.pop("nproc_per_node", None)
+    on_node = gpus_on_node or _gpus_on_node()
+    if nproc_given is not None:
+        nproc = int(nproc_given)
+    elif on_node is None and "world_size" in values and int(values["world_size"]) % nnodes == 0:
+        nproc = int(values["world_size"]) // nnodes  # no GPUs to count: one process per rank of the job
+    else:
+        nproc = on_node or 8
     if "world_size" not in values:
         values["world_size"] = str(nnodes * nproc)
+    if script is COLL_COMM_CHECK:
+        if values.get("multi_all_reduce_enable", "0") != "0":
+            values["pipeline_model_parallel"] = str(nnodes)
+        return _launch(script, values, switches, rest, nnodes, nproc, launcher)
     world, tp = int(values["world_size"]), int(values.get("tensor_model_parallel_size", 1))
     pp, cp = int(values.get("pipeline_model_parallel", 1)), int(values.get("context_parallel_size", 1))
     # micro-batches per replica when the global batch is not given: 2, or 1 in deepspeed_llama.sh
@@ -174,17 +217,25 @@ def command_for(script: Script, argv: list[str], gpus_on_node: int | None = None
     uneven = _UNEVEN.get((str(size), values.get("pipeline_model_parallel", "1")))
     if uneven and "num_layers" not in given:
         rest = ["--decoder_first_pipeline_num_layers", uneven[0], "--decoder_last_pipeline_num_layers", uneven[1], *rest]
-    if script is MEGATRON_GPT:
+    if script in (MEGATRON_GPT, MEGATRON_WORKLOAD_WITH_AIOB):
         switches.add("use_distributed_optimizer")
+    return _launch(script, values, switches, rest, nnodes, nproc, launcher)
+
+
+def _launch(script: Script, values: dict[str, str], switches: set[str], rest: list[str], nnodes: int, nproc: int,
+            launcher: dict[str, str]) -> list[str]:
     args = [f"--{key}={value}" if not key.startswith("-") else key for key, value in values.items()]
     args += ["--use-distributed-optimizer" if s == "use_distributed_optimizer" else f"--{s}" for s in sorted(switches)]
     args += rest
     if script is MEGATRON_WORKLOAD_WITH_AIOB:
         return [sys.executable, "-m", "workload_generator.SimAI_training_workload_generator", *args]
-    if script is DEEPSPEED_LLAMA and "workload_only" in switches:
+    visual = "enable_visual" in switches
+    if script is DEEPSPEED_LLAMA and "workload_only" in switches and not visual:
         entry = "generate_deepspeed_stage3_workload" if values.get("stage") == "3" else "generate_deepspeed_stage1_2_workload"
         return [sys.executable, "-m", f"workload_generator.{entry}", *args]
     if "workload_only" in switches:
+        if visual or script is COLL_COMM_CHECK:  # aicb.py writes the page (the generator entries write files only)
+            return [sys.executable, "aicb.py", *args]
         return [sys.executable, "-m", "workload_generator.generate_megatron_workload", *args]
     torchrun = shutil.which("torchrun") or "torchrun"
     launch = [torchrun, "--nnodes", str(nnodes), "--nproc_per_node", str(nproc)]
@@ -194,8 +245,8 @@ def command_for(script: Script, argv: list[str], gpus_on_node: int | None = None
     return [*launch, "aicb.py", *args]
 
 
-def _gpus_on_node() -> int:
-    """GPUs on this node (``nvidia-smi -L``), or 8 on a machine without NVIDIA's tools."""
+def _gpus_on_node() -> int | None:
+    """GPUs on this node (``nvidia-smi -L``), or ``None`` on a machine without NVIDIA's tools or GPUs."""
     if shutil.which("nvidia-smi"):
         try:
             listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
@@ -204,13 +255,16 @@ def _gpus_on_node() -> int:
                 return count
         except (OSError, subprocess.SubprocessError):
             pass
-    return 8
+    return None
 
 
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in SCRIPTS:
         raise ConfigError(f"usage: python -m utils.aicb_scripts {{{'|'.join(SCRIPTS)}}} [flags]")
-    cmd = command_for(SCRIPTS[argv[0]], argv[1:])
+    notes: list[str] = []
+    cmd = command_for(SCRIPTS[argv[0]], argv[1:], notes=notes)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr, flush=True)
     print("+ " + shlex.join(cmd), flush=True)
     return subprocess.run(cmd).returncode
 

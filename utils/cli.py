@@ -21,7 +21,7 @@ from utils.config import FRAMES, JobConfig, TrainingConfig
 from utils.errors import ConfigError, UserError
 from utils.model_config import NORMALIZATIONS, POSITION_EMBEDDINGS, ModelConfig
 from utils.parallel import ParallelConfig
-from utils.presets import get_preset, resolve_model_size
+from utils.presets import find_preset, get_preset, known_names, resolve_model_size, size_label, states
 from utils.units import parse_size
 
 
@@ -97,7 +97,41 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-_bool = argparse.BooleanOptionalAction
+_TRUE = ("1", "true", "yes", "on", "y", "t")
+_FALSE = ("0", "false", "no", "off", "n", "f", "none", "")
+
+
+class Switch(argparse.Action):
+    """A switch that also takes an explicit value, as AICB's tutorial writes them (``--aiob_enable=$enable``,
+    ``--moe_enable=True``): bare means on, ``=1/true/yes`` on, ``=0/false/no`` off.  With ``negatable``,
+    ``--no_NAME`` / ``--no-NAME`` turn it off too."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, negatable: bool = False, **kwargs: Any) -> None:
+        names = list(option_strings)
+        if negatable:
+            for name in option_strings:
+                if name.startswith("--"):
+                    names += ["--no_" + name[2:], "--no-" + name[2:]]
+        kwargs.pop("type", None)
+        super().__init__(list(dict.fromkeys(names)), dest, nargs="?", const=True, metavar="BOOL", **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        on = not (option_string or "").startswith("--no")
+        if values is not True:
+            text = str(values).strip().lower()
+            if text not in _TRUE + _FALSE:
+                parser.error(f"argument {option_string}: expected no value or a boolean (1/0, true/false), got {values!r}")
+            on = (text in _TRUE) == on
+        setattr(namespace, self.dest, on)
+
+
+def _bool(option_strings: Sequence[str], dest: str, **kwargs: Any) -> Switch:
+    return Switch(option_strings, dest, negatable=True, **kwargs)
+
+
+def _store_true(option_strings: Sequence[str], dest: str, **kwargs: Any) -> Switch:
+    return Switch(option_strings, dest, **kwargs)
 
 
 @dataclass(frozen=True)
@@ -125,12 +159,13 @@ def _f(names: str | tuple[str, ...], default: Any, help: str, type: Callable | N
 
 def _switch(names: str | tuple[str, ...], help: str, default: bool = False, negatable: bool = False) -> Flag:
     names = (names,) if isinstance(names, str) else names
-    return Flag(names, _dest(names), default, help, None, _bool if negatable else "store_true")
+    return Flag(names, _dest(names), default, help, None, _bool if negatable else _store_true)
 
 
 # ---- the flags ------------------------------------------------------------------------------
 GENERAL = [
-    _f("--frame", "Megatron", "training framework to mock", type=str, choices=FRAMES),
+    _f(("--frame", "--comm_frame"), "Megatron", "training framework to mock (--comm_frame: AICB's older spelling)",
+       type=str, choices=FRAMES),
     _f("--gpu_type", None, "GPU type (names the output files; selects the analytical compute model)", type=str),
     _f("--world_size", 1, "number of GPUs"),
     _f("--tensor_model_parallel_size", 1, "tensor-parallel size (tp)"),
@@ -156,7 +191,7 @@ MODEL = [
     _f(("-m", "--model_size"), None, "AICB model size (7, 13, 22, 175, 405, 65, moe, deepseek16, ...)", type=str),
     _f("--hidden_size", 1024, "transformer hidden size"),
     _f("--num_layers", 24, "transformer layers"),
-    _f("--seq_length", 2048, "sequence length"),
+    _f(("--seq_length", "--seq_len"), 2048, "sequence length"),
     _f("--num_attention_heads", 16, "attention heads (AICB's default copies --num_layers; ours is hidden/64)"),
     _f(("--num_query_groups", "--num_key_value_heads"), None, "key/value head groups (grouped-query attention)"),
     _f("--kv_channels", None, "size of one attention head (default hidden/heads)"),
@@ -253,11 +288,11 @@ AIOB = [
 ]
 SIMAI = [_switch("--overlap_version", "SimAI overlap variant")]
 DEEPSEEK = [
-    _f("--n_dense_layers", None, "leading dense (non-MoE) layers (DeepSeek frame default 3)"),
+    _f(("--n_dense_layers", "--n_dense_layer"), None, "leading dense (non-MoE) layers (DeepSeek frame default 3)"),
     _f(("--n_shared_expert", "--n_shared_experts"), None, "shared experts (DeepSeek frame default 2)"),
     _f("--qk_rope_dim", None, "query/key rotary head dimension (default 64)"),
     _f("--qk_nope_dim", None, "query/key non-rotary head dimension (default 128)"),
-    _f("--q_lora_rank", None, "query down-projection rank (default 1536)"),
+    _f("--q_lora_rank", None, "query down-projection rank (default 1536; 0: no query compression)"),
     _f("--kv_lora_rank", None, "key/value down-projection rank (default 512)"),
     _f("--v_head_dim", None, "value head dimension (default 128)"),
 ]
@@ -386,36 +421,61 @@ def add_job_flags(parser: argparse.ArgumentParser, groups: Sequence[str] | None 
     return added
 
 
+ARCHITECTURE_FLAGS = ("hidden_size", "num_layers", "num_attention_heads")
+"""Flags that describe a model without a preset: with any of them, an unknown ``--model_name`` is a label."""
+
+
 def resolve(given: dict[str, Any]) -> dict[str, Any]:
-    """All flag values: AICB defaults, then the preset, then what the user gave."""
+    """All flag values: AICB defaults, then the preset, then what the user gave.
+
+    ``--model_name`` names a preset when it is one; otherwise it is a label for the files, as in AICB
+    (``ds_tiny``, ``my_llm``), which needs the model's dimensions (:data:`ARCHITECTURE_FLAGS`) unless the
+    job trains nothing (``--frame collective_test``).  ``-m/--model_size`` always names a preset."""
     frame = given.get("frame", DEFAULTS["frame"])
-    name = given.get("model_name")
+    label = given.get("model_name")
+    known = find_preset(label) if label is not None else None
+    preset = None
     if given.get("model_size") is not None:
         size_name = resolve_model_size(given["model_size"], frame)
-        if name is not None and get_preset(name).name != get_preset(size_name).name:
-            raise ConfigError(f"-m/--model_size {given['model_size']} ({size_name}) contradicts --model_name {name}")
-        name = size_name
+        preset = get_preset(size_name)
+        if known is not None and known.name != preset.name:
+            raise ConfigError(f"-m/--model_size {given['model_size']} ({size_name}) contradicts --model_name {label}")
+    elif label is not None:
+        preset = known
+        if preset is None and frame != "collective_test" and not any(f in given for f in ARCHITECTURE_FLAGS):
+            raise ConfigError(f"--model_name {label!r} is no preset and no dimensions were given: give --hidden_size, "
+                              f"--num_layers and --num_attention_heads (the name then only labels the files), or "
+                              f"one of: {', '.join(known_names())}")
     values = dict(DEFAULTS)
     if frame == "DeepSeek":
         values.update(DEEPSEEK_DEFAULTS)
         values["moe_enable"] = True
-    preset = None
-    if name is not None:
-        preset = get_preset(name)
+    if preset is not None:
         values.update(_preset_flags(preset))
     values.update({k: v for k, v in given.items() if k != "model_size"})
-    values["model_name"] = preset.name if preset is not None and "model_name" not in given else values["model_name"]
+    if (preset is not None and preset.is_moe and "num_experts" in given and "moe_router_topk" not in given
+            and values["moe_router_topk"] > values["num_experts"]):
+        # the preset's top-k belongs to its own expert count: with fewer experts of the user's, AICB's default
+        values["moe_router_topk"] = DEFAULTS["moe_router_topk"]
+    if label is None and given.get("model_size") is not None:
+        label = size_label(given["model_size"], frame)  # the file names AICB's scripts give
+    values["model_name"] = label if label is not None else preset.name if preset is not None else None
     values["preset"] = preset
+    values["_given"] = frozenset(given)
     if values["pp_rank"] == -1:
         values["pp_rank"] = 0
     return values
 
 
 def _preset_flags(model: ModelConfig) -> dict[str, Any]:
+    """The flag values a preset sets.  Fields the preset derives (the GPT presets' FFN of 4h, an MoE FFN equal
+    to the dense one) are left to be derived again from the final flags, as Megatron does: copying them
+    would freeze the derivation before ``--swiglu`` or ``--ffn_hidden_size`` applies."""
     flags = dict(
         hidden_size=model.hidden_size, num_layers=model.num_layers, num_attention_heads=model.num_attention_heads,
         num_query_groups=model.num_query_groups, kv_channels=model.kv_channels_given,
-        ffn_hidden_size=model.ffn_hidden_size, vocab_size=model.vocab_size,
+        ffn_hidden_size=model.ffn_hidden_size if states(model, "ffn_hidden_size") else None,
+        vocab_size=model.vocab_size,
         max_position_embeddings=model.max_position_embeddings, swiglu=model.swiglu,
         normalization=model.normalization, add_bias_linear=model.add_bias_linear,
         position_embedding_type=model.position_embedding_type,
@@ -424,7 +484,8 @@ def _preset_flags(model: ModelConfig) -> dict[str, Any]:
     )
     if model.is_moe:
         flags.update(num_experts=model.num_experts, moe_router_topk=model.moe_router_topk,
-                     moe_ffn_hidden_size=model.moe_ffn_hidden_size, n_shared_expert=model.n_shared_experts,
+                     moe_ffn_hidden_size=model.moe_ffn_hidden_size if states(model, "moe_ffn_hidden_size") else None,
+                     n_shared_expert=model.n_shared_experts,
                      n_dense_layers=model.n_dense_layers)
     if model.multi_latent_attention:
         flags.update(q_lora_rank=model.q_lora_rank, kv_lora_rank=model.kv_lora_rank, qk_nope_dim=model.qk_head_dim,
@@ -457,14 +518,17 @@ def model_from(values: dict[str, Any]) -> ModelConfig:
     if preset is not None:
         kwargs.update(add_qkv_bias=preset.add_qkv_bias, qk_layernorm=preset.qk_layernorm,
                       published_params=preset.published_params, source=preset.source)
-        unchanged = all(getattr(preset, k) == v for k, v in kwargs.items() if k not in ("name",))
+        # derived fields (None here) compare as Megatron will derive them
+        built = ModelConfig(**{**kwargs, "name": preset.name})
+        ignored = {"name"} if preset.is_moe or built.is_moe else {"name", "moe_router_topk"}
+        unchanged = all(getattr(preset, k) == getattr(built, k) for k in kwargs if k not in ignored)
         if not unchanged:
             kwargs.update(published_params=None, source=f"{preset.source}, changed by flags")
     for name in ("attention_dropout", "hidden_dropout"):  # training options, not architecture
         if values[name] is not None:
             kwargs[name] = values[name]
     if mla:
-        kwargs.update(q_lora_rank=values["q_lora_rank"], kv_lora_rank=values["kv_lora_rank"],
+        kwargs.update(q_lora_rank=values["q_lora_rank"] or None, kv_lora_rank=values["kv_lora_rank"],
                       qk_head_dim=values["qk_nope_dim"], qk_pos_emb_head_dim=values["qk_rope_dim"],
                       v_head_dim=values["v_head_dim"])
     return ModelConfig(**kwargs)
@@ -492,12 +556,13 @@ def job_from(values: dict[str, Any]) -> JobConfig:
         scatter_gather_tensors_in_pipeline=values["scatter_gather_tensors_in_pipeline"],
         tp_comm_overlap=values["tp_comm_overlap"], extra=extra,
     )
+    global_batch = _global_batch(values)
     parallel = ParallelConfig(
         world_size=values["world_size"], tp=values["tensor_model_parallel_size"],
         pp=values["pipeline_model_parallel"], cp=values["context_parallel_size"],
         ep=values["expert_model_parallel_size"], etp=values["expert_tensor_parallel_size"],
         sequence_parallel=values["enable_sequence_parallel"], micro_batch=values["micro_batch"],
-        global_batch=values["global_batch"], vpp_layers=values["num_layers_per_virtual_pipeline_stage"],
+        global_batch=global_batch, vpp_layers=values["num_layers_per_virtual_pipeline_stage"],
         pp_rank=values["pp_rank"], first_stage_layers=values["decoder_first_pipeline_num_layers"],
         last_stage_layers=values["decoder_last_pipeline_num_layers"],
         virtual_stages=values["num_virtual_stages_per_pipeline_rank"],
@@ -509,13 +574,29 @@ def job_from(values: dict[str, Any]) -> JobConfig:
     return JobConfig(model=model, parallel=parallel, training=training)
 
 
+def _global_batch(values: dict[str, Any]) -> int | None:
+    """The global batch of the job: none for a collective sweep (it trains nothing: one micro-batch per
+    replica stands in); AICB's default of 4 when it divides, else an error that names the flag to set."""
+    if values["frame"] == "collective_test":
+        return None
+    batch = values["global_batch"]
+    if "global_batch" in values.get("_given", ()):
+        return batch
+    world, micro = values["world_size"], values["micro_batch"]
+    ranks = values["tensor_model_parallel_size"] * values["pipeline_model_parallel"] * values["context_parallel_size"]
+    if ranks > 0 and micro > 0 and world % ranks == 0 and batch % (micro * (world // ranks)):
+        step = micro * (world // ranks)
+        raise ConfigError(f"the default --global_batch {batch} is not divisible by --micro_batch {micro} x data-parallel "
+                          f"size {world // ranks} = {step}; set --global_batch to a multiple of {step}")
+    return batch
+
+
 def parse_job(argv: Sequence[str] | None, prog: str, description: str,
               extra: Callable[[argparse.ArgumentParser], None] | None = None) -> tuple[JobConfig, dict[str, Any]]:
     """Parse ``argv`` into a validated job and the resolved flag values."""
     parser = build_parser(prog, description, extra)
     given = vars(parser.parse_args(argv))
     values = resolve(given)
-    values["_given"] = frozenset(given)
     from utils.io import check_not_input
 
     check_not_input({"-o/--output": values.get("output")},

@@ -293,6 +293,10 @@ class ParallelConfig:
         if model.ffn_hidden_size % self.tp:
             raise ConfigError(f"--ffn_hidden_size {model.ffn_hidden_size} is not divisible by {F_TP} {self.tp}")
         self.virtual_stage_layers(model.num_layers)
+        if model.position_embedding_type == "learned_absolute" and seq_length > model.max_position_embeddings:
+            raise ConfigError(f"--seq_length {seq_length} exceeds --max_position_embeddings "
+                              f"{model.max_position_embeddings} of learned position embeddings (Megatron refuses "
+                              f"the job); give --max_position_embeddings {seq_length} or more")
         if self.sequence_parallel and seq_length % self.tp:
             raise ConfigError(f"--seq_length {seq_length} is not divisible by {F_TP} {self.tp} "
                               f"(needed by {F_SP})")

@@ -22,7 +22,7 @@ from utils.cli import parse_job, run_main
 from utils.config import JobConfig
 from utils.errors import ConfigError
 from workload_generator.compute_times import default_source, fill_job_times
-from workload_generator.entry import report_memory
+from workload_generator.entry import refuse_visual, report_memory
 from workload_generator.megatron import MegatronWorkload
 from workload_generator.simai_training import derive_simai
 
@@ -43,8 +43,9 @@ def compute_source(job: JobConfig, values: dict[str, Any]) -> str:
     return default_source(job, values.get("compute_source"), model_default=True)
 
 
-def main(argv: list[str] | None = None) -> int:
-    job, values = parse_job(argv, PROG, "Write the SimAI workload (.txt) of a Megatron training iteration.")
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
+    job, values = parse_job(argv, prog, "Write the SimAI workload (.txt) of a Megatron training iteration.")
+    refuse_visual(values, prog)
     if job.training.frame not in ("Megatron", "DeepSeek"):
         raise ConfigError(f"--frame {job.training.frame}: SimAI workloads are generated for Megatron and DeepSeek jobs")
     # records carry computation times, so the computation items must exist
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     source = compute_source(job, values)
     items = [i for chunk in gen.chunks for m, seg in chunk.backward_segments() for i in seg]
     items += [i for chunk in gen.chunks for i in chunk.forward_items()]
-    report = fill_job_times(items, job, source, values)
+    report = fill_job_times(items, job, source, values, log=print)
     derived = derive_simai(gen)
     path = values.get("output") or default_simai_path(job, values)
     derived.workload.write(path)

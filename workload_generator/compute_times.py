@@ -132,22 +132,31 @@ def fill_compute_times(items: Iterable[WorkItem], source: str, comp_filepath: st
 
 
 def default_source(job: JobConfig, given: str | None, model_default: bool = False) -> str:
-    """``--compute_source``, or the best source the flags make available: ``aiob`` with
-    ``--aiob_enable``, ``file`` with ``--comp_filepath``, ``model`` when ``model_default`` (the SimAI
-    generator, the simulator) and ``--gpu_type`` names a GPU of the compute model's table, else
-    ``placeholder``."""
+    """``--compute_source``, or the best source the flags make available: ``file`` with ``--comp_filepath``
+    (with or without ``--aiob_enable``: as in AICB, the file is read and nothing is timed), ``aiob`` with
+    ``--aiob_enable`` alone, ``model`` when ``model_default`` (the SimAI generator, the simulator) and
+    ``--gpu_type`` names a GPU of the compute model's table, else ``placeholder``."""
     from mocked_model.compute import known_gpu
 
     t = job.training
     if given:
         return ALIASES.get(given, given)
-    if t.aiob_enable:
-        return "aiob"
     if t.comp_filepath:
         return "file"
+    if t.aiob_enable:
+        return "aiob"
     if model_default and known_gpu(t.gpu_type):
         return "model"
     return "placeholder"
+
+
+def cuda_available() -> bool:
+    """Whether torch sees a CUDA device (False without torch)."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
 
 
 def measure_compute_file(job: JobConfig, values: dict[str, Any] | None = None,
@@ -174,6 +183,15 @@ def fill_job_times(items: Iterable[WorkItem], job: JobConfig, source: str, value
         flag = "--aiob_enable" if source == "aiob" else "--comp_filepath"
         raise ConfigError(f"{flag} times Megatron's modules (AICB's sections), which --frame DeepSpeed's items do not "
                           "name; use --compute_source model --gpu_type GPU")
+    if source == "aiob" and not cuda_available():
+        from mocked_model.compute import known_gpu
+
+        if known_gpu(t.gpu_type):
+            # no GPU to time: the GPU the job names is priced by the compute model instead of timing this CPU
+            report = fill_job_times(items, job, "model", values, log)
+            report.detail += (f"; --aiob_enable has no CUDA device here, so --gpu_type {t.gpu_type} is priced by the "
+                              "compute model instead of timing this CPU")
+            return report
     if source == "aiob":
         compute, path = measure_compute_file(job, values, log)
         report = fill_compute_times(items, source, compute=compute)

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from utils.cli import parse_job
 from utils.errors import ConfigError
 from workload_generator.deepspeed import DeepSpeedConfig, deepspeed_workload
-from workload_generator.entry import default_workload_path, report_memory
+from workload_generator.entry import default_workload_path, refuse_visual, report_memory
 
 
 def entry_main(argv: Sequence[str], prog: str, stages: tuple[int, ...], default_stage: int) -> int:
@@ -23,6 +23,7 @@ def entry_main(argv: Sequence[str], prog: str, stages: tuple[int, ...], default_
     if job.training.frame != "DeepSpeed":
         raise ConfigError(f"--frame {job.training.frame}: {prog} generates DeepSpeed workloads (omit --frame or give "
                           "--frame DeepSpeed)")
+    refuse_visual(values, prog)
     config = DeepSpeedConfig.from_values(values)
     if config.stage not in stages:
         other = "generate_deepspeed_stage3_workload" if config.stage == 3 else "generate_deepspeed_stage1_2_workload"

@@ -79,3 +79,11 @@ def write_workload(workload: Workload, path: str) -> str:
     """Dump the workload CSV atomically and return the path."""
     workload.dump(path)
     return path
+
+
+def refuse_visual(values: dict[str, Any], prog: str) -> None:
+    """``--enable_visual`` draws with the analysis layer, above the generators: these entries write the file
+    only, so the flag is refused with the commands that draw it rather than silently ignored."""
+    if values.get("enable_visual"):
+        raise ConfigError(f"--enable_visual: {prog} writes the workload only; use aicb.py --workload_only "
+                          "--enable_visual, or python -m visualize.generate FILE only_workload afterwards")

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 from utils.cli import parse_job, run_main
+from utils.config import JobConfig
 from workload_generator.collective_test import collective_test_name, collective_test_workload
+from workload_generator.entry import refuse_visual
 
 PROG = "generate_collective_test"
 
@@ -22,12 +25,19 @@ def main(argv: list[str] | None = None) -> int:
     if not any(a.split("=", 1)[0] == "--frame" for a in argv):
         argv += ["--frame", "collective_test"]
     job, values = parse_job(argv, PROG, "Write the AICB workload CSV of a collective sweep.")
+    refuse_visual(values, PROG)
+    write_sweep(job, values)
+    return 0
+
+
+def write_sweep(job: JobConfig, values: dict[str, Any]) -> str:
+    """Write the sweep's workload CSV where AICB puts it (or ``--output``); returns the path."""
     workload = collective_test_workload(job)
     base = values.get("output_dir") or "results"
     path = values.get("output") or os.path.join(base, "mocked_workload", collective_test_name(job) + "_workload.csv")
     workload.dump(path)
     print(f"Workload file generated: {path} ({len(workload)} items)")
-    return 0
+    return path
 
 
 if __name__ == "__main__":

@@ -11,14 +11,15 @@ from __future__ import annotations
 import sys
 
 from utils.cli import parse_job, run_main
-from workload_generator.entry import build_workload, default_workload_path, report_memory
+from workload_generator.entry import build_timed_workload, build_workload, default_workload_path, refuse_visual, report_memory
 
 PROG = "generate_megatron_workload"
 
 
 def main(argv: list[str] | None = None) -> int:
     job, values = parse_job(argv, PROG, "Write the AICB workload CSV of a Megatron training iteration.")
-    workload = build_workload(job)
+    refuse_visual(values, PROG)
+    workload = build_timed_workload(job, values)  # --aiob_enable / --comp_filepath / --compute_source fill the times
     path = values.get("output") or default_workload_path(job, values, "megatron")
     workload.dump(path)
     print(f"Workload file generated: {path} ({len(workload)} items, pipeline rank {job.parallel.pp_rank})")

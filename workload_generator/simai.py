@@ -377,6 +377,39 @@ class SimAIWorkload:
         """:meth:`SimAIHeader.require` with this file's name in the error."""
         return self.header.require(*names, path=self.path)
 
+    def assume_defaults(self) -> list[str]:
+        """Fill the transformer header keys an older AICB file lacks with what a file without them describes:
+        ``model_parallel_NPU_group``, ``ep``, ``pp``, ``ga`` and ``vpp`` 1 (AICB's older files unroll every
+        micro-batch into the records, so ``ga: 1``; with ``pp: 1`` there is no bubble and no pipeline send).
+        SimAI itself leaves them uninitialised (its own warning: "Input workload format mismatch").  Returns
+        the note to print, or nothing when no key was missing."""
+        header = self.header
+        assumed = [key for attr, key in (("tp", "model_parallel_NPU_group"), ("ep", "ep"), ("pp", "pp"),
+                                         ("ga", "ga"), ("vpp", "vpp")) if getattr(header, attr) is None]
+        for attr in ("tp", "ep", "pp", "ga", "vpp"):
+            if getattr(header, attr) is None:
+                setattr(header, attr, 1)
+        if header.pp_comm is None and header.pp == 1:
+            header.pp_comm = 0
+        if not assumed:
+            return []
+        return [f"--lenient: {self.path} has no {', '.join(assumed)} header key(s); assumed "
+                f"{', '.join(k + ' 1' for k in assumed)} (an older AICB file: its records unroll every micro-batch)"]
+
+    @property
+    def placeholder_compute(self) -> bool:
+        """Whether every compute time is AICB's placeholder (1 ns, or 0): a file generated without compute
+        times, whose simulation is communication only."""
+        return bool(self.records) and all(
+            max(r.fwd_compute_ns, r.ig_compute_ns, r.wg_compute_ns) <= 1 for r in self.records)
+
+    def placeholder_warning(self) -> list[str]:
+        """The warning a simulation of a placeholder-compute file prints (empty otherwise)."""
+        if not self.placeholder_compute:
+            return []
+        return [f"every compute time in {self.path} is AICB's placeholder of 1 ns: the simulated iteration is "
+                "communication only (generate the file with --gpu_type GPU, --comp_filepath FILE or --aiob_enable)"]
+
     # ---- reading ---------------------------------------------------------------------------
 
     @classmethod

@@ -5,9 +5,9 @@
 
 Every operation of :func:`mocked_model.aiob.layout.op_specs` (one per compute-file section) is built
 as a real torch operation (:mod:`mocked_model.aiob.modules`) and timed forward and backward with
-:func:`mocked_model.aiob.timing.sample_op`.  Samples per operation: ``--epoch_num`` rounds times the
-number of layers of its kind on the stage (AICB times every layer of every iteration), at least
-:data:`MIN_SAMPLES`; warm-up: :data:`WARMUP` calls first.  bf16 (the job's dtype) on a GPU, float32
+:func:`mocked_model.aiob.timing.sample_op`.  Samples per operation: on a GPU ``--epoch_num`` rounds times
+the number of layers of its kind on the stage (AICB times every layer of every iteration), at least
+:data:`MIN_SAMPLES`; on a CPU :data:`MIN_SAMPLES`; warm-up: :data:`WARMUP` calls first.  bf16 (the job's dtype) on a GPU, float32
 on a CPU.
 
 The file carries AICB's forward sections (AICB's readers sum them as before) and ours: a ``bwd_*``
@@ -62,14 +62,17 @@ def measure_job(job: JobConfig, device: torch.device | str | None = None, warmup
         "dtype": str(dtype).replace("torch.", ""),
         "torch": torch.__version__.split("+")[0],
         "clock": clock.name,
-        "samples": f"epoch_num x layers of the op's kind (at least {min_samples}) after {warm} warm-up calls; "
+        "samples": (f"epoch_num x layers of the op's kind (at least {min_samples})" if device.type == "cuda"
+                    else f"{min_samples} per op on a CPU") + f" after {warm} warm-up calls; "
                    f"samples above {OUTLIER_FACTOR:g}x the minimum dropped (AICB)",
     })
     if log is not None and device.type != "cuda":
         log(f"aiob: no CUDA device; timing on the CPU in {out.labels['dtype']} (the times describe this CPU)")
     backward = {}
     for spec in op_specs(job):
-        samples = max(job.training.epoch_num * spec.repeats, min_samples)
+        # AICB's rule (every layer of every iteration) averages a GPU's noise; on a CPU an operation of a
+        # billion-parameter layer takes seconds and varies little, so the fewest samples do
+        samples = max(job.training.epoch_num * spec.repeats, min_samples) if device.type == "cuda" else min_samples
         try:
             op = build_op(spec, device, dtype)
             result = sample_op(op, clock, warm, samples)
