@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 
 from utils.cli import parse_job, run_main
-from workload_generator.entry import build_timed_workload, build_workload, default_workload_path, refuse_visual, report_memory
+from workload_generator.entry import build_timed_workload, default_workload_path, refuse_visual, report_memory
 
 PROG = "generate_megatron_workload"
 
