@@ -15,6 +15,14 @@ sequence parallelism each TP rank sends 1/tp of the activation between stages an
 Megatron's scatter-gather optimisation of the time).  Published seconds per iteration for full
 recomputation and for sequence parallelism with selective recomputation.  Nothing in the compute or
 network model was fitted to these times (mocked_model/compute cites its kernel-level sources).
+
+A second suite (``--suite narayanan2021``) holds the weak-scaling runs of Narayanan et al. 2021
+("Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM", SC21, Table 1):
+Selene again, fp16, full recomputation, data parallelism up to 32.  The paper gives achieved TFLOP/s per
+GPU with its own FLOP count, ``96 B s l h^2 (1 + s/6h + V/16lh)`` (recomputation included), from which
+the published seconds per iteration follow.  It states neither the micro-batch nor the schedule:
+the cases assume micro-batch 1 and the non-interleaved 1F1B schedule, so they are a cross-check, not
+part of the bar.
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ class Case:
 
     name: str
     source: str
+    suite: str
     published_s: float
     job_flags: tuple[str, ...]
     topology_flags: tuple[str, ...]
@@ -78,8 +87,26 @@ def _korthikanti(name: str, hidden: int, heads: int, layers: int, gpus: int, pp:
     if chunks > 1:
         flags += ["--num_virtual_stages_per_pipeline_rank", str(chunks)]
     topo, path = _selene(gpus)
-    return [Case(f"{name} full recompute", _KORTHIKANTI, full_s, (*flags, *_FULL), topo, path),
-            Case(f"{name} seq-par + selective", _KORTHIKANTI, selective_s, (*flags, *_SELECTIVE), topo, path)]
+    return [Case(f"{name} full recompute", _KORTHIKANTI, "korthikanti2022", full_s, (*flags, *_FULL), topo, path),
+            Case(f"{name} seq-par + selective", _KORTHIKANTI, "korthikanti2022", selective_s, (*flags, *_SELECTIVE),
+                 topo, path)]
+
+
+_NARAYANAN = "Narayanan et al. 2021, Table 1"
+
+
+def _narayanan(name: str, heads: int, hidden: int, layers: int, tp: int, pp: int, gpus: int, batch: int,
+               tflops_per_gpu: float) -> Case:
+    """A weak-scaling run; published seconds = the paper's FLOP count (recomputation included, sequence
+    2048, vocabulary 51200) / (achieved TFLOP/s per GPU x GPUs)."""
+    s, v = 2048, 51200
+    flops = 96 * batch * s * layers * hidden**2 * (1 + s / (6 * hidden) + v / (16 * layers * hidden))
+    flags = ["--hidden_size", str(hidden), "--num_attention_heads", str(heads), "--num_layers", str(layers),
+             "--world_size", str(gpus), "--pipeline_model_parallel", str(pp), "--global_batch", str(batch), *_GPT, *_FULL]
+    flags[flags.index("--tensor_model_parallel_size") + 1] = str(tp)
+    topo, path = _selene(gpus)
+    return Case(f"GPT {name} weak scaling", _NARAYANAN, "narayanan2021", flops / (tflops_per_gpu * 1e12 * gpus),
+                tuple(flags), topo, path)
 
 
 CASES: list[Case] = [
@@ -87,7 +114,18 @@ CASES: list[Case] = [
     *_korthikanti("GPT 175B", 12288, 96, 96, 64, 8, 3, 64, 1, 18.13, 13.75),
     *_korthikanti("GPT 530B", 20480, 128, 105, 280, 35, 3, 280, 1, 49.05, 37.83),
     *_korthikanti("GPT 1T", 25600, 160, 128, 512, 64, 1, 512, 1, 94.42, 71.49),
+    _narayanan("1.7B", 24, 2304, 24, 1, 1, 32, 512, 137),
+    _narayanan("3.6B", 32, 3072, 30, 2, 1, 64, 512, 138),
+    _narayanan("7.5B", 32, 4096, 36, 4, 1, 128, 512, 142),
+    _narayanan("18.4B", 48, 6144, 40, 8, 1, 256, 1024, 135),
+    _narayanan("39.1B", 64, 8192, 48, 8, 2, 512, 1536, 138),
+    _narayanan("76.1B", 80, 10240, 60, 8, 4, 1024, 1792, 140),
+    _narayanan("145.6B", 96, 12288, 80, 8, 8, 1536, 2304, 148),
+    _narayanan("310.1B", 128, 16384, 96, 8, 16, 1920, 2160, 155),
+    _narayanan("529.6B", 128, 20480, 105, 8, 35, 2520, 2520, 163),
+    _narayanan("1008B", 160, 25600, 128, 8, 64, 3072, 3072, 163),
 ]
+SUITES = {"korthikanti2022": _KORTHIKANTI, "narayanan2021": _NARAYANAN}
 
 
 def run_case(case: Case, folder: str) -> dict:
@@ -118,16 +156,21 @@ def build_parser() -> CliParser:
     p.add_argument("--json", action="store_true", help="print the rows as one JSON list on the last line")
     p.add_argument("--show", action="store_true", help="print the commands that reproduce each row")
     p.add_argument("-k", "--cases", metavar="TEXT", help="only the cases whose name contains TEXT")
+    p.add_argument("--suite", choices=[*SUITES, "all"], default="korthikanti2022",
+                   help="korthikanti2022 (the default, the bar: Korthikanti et al. 2022, Table 5), narayanan2021 "
+                        "(Narayanan et al. 2021's weak scaling, micro-batch 1 assumed) or all")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    cases = [c for c in CASES if args.cases is None or args.cases.lower() in c.name.lower()]
+    cases = [c for c in CASES if (args.suite == "all" or c.suite == args.suite)
+             and (args.cases is None or args.cases.lower() in c.name.lower())]
     if not cases:
         from utils.errors import ConfigError
 
-        raise ConfigError(f"--cases {args.cases!r} matches none of: {', '.join(c.name for c in CASES)}")
+        raise ConfigError(f"--cases {args.cases!r} matches none of: "
+                          f"{', '.join(c.name for c in CASES if args.suite in ('all', c.suite))}")
     rows = []
     with tempfile.TemporaryDirectory() as folder:
         for case in cases:
@@ -142,7 +185,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         print(json.dumps(rows))
     else:
-        print(f"{len(rows)} runs ({_KORTHIKANTI}; published vs simulated seconds per iteration): mean |error| "
-              f"{sum(errors) / len(errors):.2f}%, max {max(errors):.2f}% (Calculon: {CALCULON_MEAN_ERROR_PCT}% mean "
-              "on the same runs)")
+        sources = "; ".join(dict.fromkeys(c.source for c in cases))
+        calculon = (f" (Calculon: {CALCULON_MEAN_ERROR_PCT}% mean on {_KORTHIKANTI}'s eight)"
+                    if args.suite == "korthikanti2022" and len(cases) == 8 else "")
+        print(f"{len(rows)} runs ({sources}; published vs simulated seconds per iteration): mean |error| "
+              f"{sum(errors) / len(errors):.2f}%, max {max(errors):.2f}%{calculon}")
     return 0

@@ -159,6 +159,22 @@ def test_a_validation_row_reproduces_with_its_command(tmp_path):
     assert bad.returncode == 2 and "matches none of" in bad.stderr
 
 
+def test_narayanan_suite_derives_its_published_seconds():
+    # Narayanan et al. 2021, Table 1, 1.7B: B 512, s 2048, l 24, h 2304, V 51200 on 32 GPUs at 137 TFLOP/s each;
+    # 96 B s l h^2 (1 + s/6h + V/16lh) = 96 x 512 x 2048 x 24 x 2304^2 x (1 + 0.14815 + 0.05787) = 1.54668e16 FLOP,
+    # / (137e12 x 32) = 3.528 s
+    done = run_cli("-m", "simulator", "validate", "--suite", "narayanan2021", "-k", "1.7B", "--json", timeout=300)
+    assert done.returncode == 0, done.stderr
+    (row,) = last_json(done.stdout)
+    assert row["published_s"] == pytest.approx(3.528, abs=5e-4)
+    assert row["source"] == "Narayanan et al. 2021, Table 1" and "--micro_batch 1" in row["command"]
+    assert "-tp" not in row["command"] and "--tensor_model_parallel_size 1" in row["command"]
+    assert row["error_pct"] == pytest.approx((row["simulated_s"] / 3.528017807 - 1) * 100, rel=1e-6)
+    # the default suite stays the bar's eight runs
+    bad = run_cli("-m", "simulator", "validate", "-k", "weak scaling")
+    assert bad.returncode == 2 and "matches none of" in bad.stderr and "22B" in bad.stderr
+
+
 def test_fp8_changes_only_the_gemms_and_mfu_stays_against_the_bf16_peak():
     # the same job in bf16 and FP8 on H100: the same collectives (sizes in bf16 either way), faster GEMMs
     # (large enough here for the FP8 peak to beat the casts), so a shorter iteration and a higher MFU, which
