@@ -105,6 +105,9 @@ def build_parser() -> CliParser:
                       help="multiply every latency term of NCCL's model (0: bandwidth only; default 1)")
     topo.add_argument("--peak_tflops", "--peak-tflops", type=positive_number, metavar="TFLOPS",
                       help="dense peak TFLOP/s per GPU for the MFU (default by GPU type)")
+    from simulator.profiles import add_flags as add_profile_flags  # --profile DIR --network_device NAME
+
+    add_profile_flags(p)
     p.add_argument("--json", action="store_true",
                    help="print one JSON object on the last line of stdout (iteration_s, compute_s, exposed_comm_s, "
                         "bubble_s, tflops_per_gpu, mfu, ...)")
@@ -180,6 +183,8 @@ def json_summary(result: Any, job: Any = None) -> dict[str, Any]:
             out[key] = result.setup[key]
     if result.memory is not None:
         out.update(result.memory.summary())
+    if result.setup.get("sources"):
+        out["sources"] = result.setup["sources"]
     return out
 
 
@@ -233,6 +238,9 @@ def simulate_args(args: argparse.Namespace) -> tuple[Any, str, Any]:
             tp_comm_overlap=args.tp_comm_overlap, peak_tflops=args.peak_tflops,
             compute_source=values.get("compute_source") if values else None,
         )
+    from simulator.profiles import annotate, use_profile
+
+    options, profile = use_profile(args, options, model, job)  # --profile: measured collectives and compute
     if job is not None:
         result = simulate_job(job, args.topology, options, model)
         source = _job_name(job, values)
@@ -243,6 +251,7 @@ def simulate_args(args: argparse.Namespace) -> tuple[Any, str, Any]:
             notes.append(inference.SIMAI_NOTE)
         result = api.simulate(workload, args.topology, options, model=model)
         source = args.workload
+    annotate(result, profile)  # result.setup["sources"]: what came from measurements, what from models
     result.warnings.extend(notes)
     if args.visual not in (None, "0"):
         result.warnings.append("-v/--visual: SimAI's HTML pie chart is not written; --plot FILE.png draws the "
@@ -306,6 +315,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"pp_o as if it were a bandwidth; here the PP term is 2 x vpp x ga x pp_comm / PP busbw"
                   f"{f' ({bw:g} GiB/s, --pp_busbw)' if bw else ' (--pp_busbw)'} x (1 - pp_o)")
         print(report.summary_text(result))
+        if result.setup.get("sources"):
+            print(result.setup["sources"])
         if result.memory is not None:
             print(result.memory.table())
         print(f"wrote {', '.join(paths)}")

@@ -140,6 +140,9 @@ class TopoOptions:
     - ``compute_source``: for a ``JobConfig`` without ``compute_time_ns``: ``model``, ``file``, ``aiob``
       (default: AIOB with the job's ``aiob_enable``, its ``comp_filepath``, else the compute model for its
       ``gpu_type``).
+    - ``profile``: a :class:`simulator.profiles.Profile` (``--profile DIR --network_device NAME``): every
+      collective and pipeline transfer is asked of it (measured times first, NCCL's model fitted to them
+      behind); its ``compute_time_ns`` serves as the compute hook.
     """
 
     gpus: int | None = None
@@ -157,6 +160,7 @@ class TopoOptions:
     peak_tflops: float | None = None
     compute_time_ns: Callable[[Any], float | None] | None = None
     compute_source: str | None = None
+    profile: Any = None
 
     def __post_init__(self) -> None:
         _check_cluster(self)

@@ -236,6 +236,9 @@ class TopoModel:
         self._op_counts: dict[int, Counter] = {}
         self._p2p: dict[tuple[int, str, int], tuple[Cost, Any]] = {}
         self.contention = comm_sm_share(options, getattr(fabric, "gpu_type", None))
+        # --profile: collectives and p2p transfers are asked of the measured profile first (simulator.profiles)
+        self.collective_cost = options.profile.collective_cost if options.profile is not None else collective_cost
+        self.p2p_cost = options.profile.p2p_cost if options.profile is not None else p2p_cost
 
     # ---- placement and costs -----------------------------------------------------------------
 
@@ -282,7 +285,7 @@ class TopoModel:
             shape_key = (shape, comm_type, size)
             cost = self._costs.get(shape_key)
             if cost is None:
-                cost = self._costs[shape_key] = collective_cost(comm_type, size, shape, self.links)
+                cost = self._costs[shape_key] = self.collective_cost(comm_type, size, shape, self.links)
             hit = self._stage_costs[key] = (cost, shape)
         return hit
 
@@ -301,7 +304,7 @@ class TopoModel:
             peer = (stage + 1) % self.pp if op.endswith("next") else (stage - 1) % self.pp
             a, b = (self.rep[stage], self.rep[peer]) if op.startswith("send") else (self.rep[peer], self.rep[stage])
             route = self.fabric.p2p_shape(a, b)
-            cost = p2p_cost(size, route.same_server, route.bottleneck_Bps, route.latency_s, self.links, route.congestion)
+            cost = self.p2p_cost(size, route.same_server, route.bottleneck_Bps, route.latency_s, self.links, route.congestion)
             hit = self._p2p[key] = (cost, route)
         return hit
 

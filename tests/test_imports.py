@@ -3,7 +3,7 @@ modules import each other round in a circle.  Function-local (lazy) and ``TYPE_C
 each is still a dependency, and a circle hidden in a function is still a circle.
 
 Layers, lowest first (README, "What is in the box"): utils < mocked_model < workload_generator < topo <
-simulator, log_analyzer < replay < aicb, workload_applyer, visualize.  Two packages of one layer may import each
+simulator, log_analyzer < replay < profiling < aicb, workload_applyer, visualize.  Two packages of one layer may import each
 other one way only.  tests/, bench/, examples/ and scripts/ use the layers and are not part of them.
 
 On any checkout, ``python tests/test_imports.py [ROOT]`` lists what breaks the rules (exit status 1).
@@ -18,7 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = (("utils",), ("mocked_model",), ("workload_generator",), ("topo",), ("simulator", "log_analyzer"),
-          ("replay",), ("aicb", "workload_applyer", "visualize"))
+          ("replay",), ("profiling",), ("aicb", "workload_applyer", "visualize"))
 LAYER = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 NOT_LAYERED = frozenset({"tests", "bench", "examples", "scripts", "make"})
 """Top-level folders and modules that use the layers (tests, benchmarks, examples, make.py)."""
