@@ -30,7 +30,8 @@ operations by ``(op, phase, operand shapes, variant)``: measured (exact key); in
 linear in m, attention linear in seq^2, memory-bound operations linear in elements, between two
 measured points of an otherwise equal key); scaled (the nearest measured shape times the compute
 model's ratio for the GPU type: its shape law); else the compute model.  A GEMM item's other kernels
-(bias add, FP8 casts, the router's softmax) come from the compute model.
+(bias add, FP8 casts, the router's softmax) and the optimizer step's other kernels than Adam (zeroing
+the gradients, their norm, the copies) come from the compute model.
 
 Every answer is recorded, and :meth:`Profile.sources_text` says what came from where.
 """
@@ -215,6 +216,14 @@ class ComputeProfile:
 
         return estimate_ns(item, self.gpu, self.dtype)
 
+    def _extras_ns(self, item: Any, rest) -> float:
+        """The compute model's ns of the kernels of ``item`` that its profile row does not time."""
+        if self.gpu is None:
+            return 0.0
+        from mocked_model.compute import item_kernels
+
+        return sum(kernel.ns(self.gpu) for kernel in rest(item_kernels(item, self.dtype) or []))
+
     def _interpolate(self, group: tuple, x: float) -> tuple[float, str] | None:
         points = self.groups.get(group)
         if not points or len(points) < 2:
@@ -258,10 +267,7 @@ class ComputeProfile:
                 return _gemm_item(item, r["m"], r["n"], r["k"], r["batch"])
 
             family = ("gemm", kind)
-            if self.gpu is not None:
-                from mocked_model.compute import item_kernels
-
-                extra_ns = sum(kr.ns(self.gpu) for kr in (item_kernels(item, self.dtype) or [])[1:])
+            extra_ns = self._extras_ns(item, lambda kernels: kernels[1:])
             gemm_only = _gemm_item(item, m, n, k, b)
             target_item = gemm_only
         elif name == "attention.csv":
@@ -291,6 +297,8 @@ class ComputeProfile:
                 return SimpleNamespace(stage=item.stage, shapes=profile_db.parse_shapes(r["shapes"]), meta=item.meta, flops=None)
 
             target_item = item
+            if key["op"] == "optimizer":  # the profile times Adam; zeroing, norm and copies come from the model
+                extra_ns = self._extras_ns(item, lambda kernels: [kr for kr in kernels if kr.name != "adam"])
         if exact is not None:
             return exact * 1e3 + extra_ns, MEASURED, f"{self.sku}", extra_ns
         found_i = self._interpolate(group, x)
