@@ -489,7 +489,11 @@ def use_profile(args: Any, options: Any, model: str, job: Any) -> tuple[Any, Pro
     if sku is None and gpu is not None and gpu.lower() in profile_db.skus(root):
         sku = gpu.lower()
     if job is None or model != "topo":
-        sku = None  # SimAI records carry their compute times; SimAI's model prices a job's compute itself
+        if getattr(args, "compute_sku", None) is not None:
+            raise ConfigError("--compute_sku prices the computations of a job simulated with --model topo; "
+                              + ("a SimAI workload file carries its own compute times" if job is None else
+                                 "SimAI's model takes the job's compute source (--gpu_type, --comp_filepath)"))
+        sku = None
     from mocked_model.compute import known_gpu
 
     profile = Profile.load(root, device, sku, gpu if known_gpu(gpu) else None, dtype)

@@ -400,6 +400,8 @@ def test_simulator_with_a_profile_and_bad_profiles(tmp_path):
         assert failed.stderr.startswith("simulator: error: ") and message in failed.stderr
         assert len(failed.stderr.strip().splitlines()) == 1
         assert not any(p.name.startswith(out) for p in (tmp_path / "results").iterdir())
+    failed = run_cli(*base, "--profile", "db", "--compute_sku", "h100", cwd=tmp_path)
+    assert failed.returncode == 2 and "a SimAI workload file carries its own compute times" in failed.stderr
     time_negative = (db / "network" / "dev" / "allreduce.csv")
     time_negative.write_text(time_negative.read_text().replace(",100.0,", ",-100.0,"))
     failed = run_cli(*base, "--profile", "db", cwd=tmp_path)
