@@ -242,7 +242,7 @@ def simulate_args(args: argparse.Namespace) -> tuple[Any, str, Any]:
 
     options, profile = use_profile(args, options, model, job)  # --profile: measured collectives and compute
     if job is not None:
-        result = simulate_job(job, args.topology, options, model)
+        result = simulate_job(job, args.topology, options, model, profile)
         source = _job_name(job, values)
     else:
         from simulator import inference
@@ -344,7 +344,7 @@ def _simai_gpu(gpu_type: str | None) -> str | None:
     return gpu_type
 
 
-def simulate_job(job: Any, topology: str | None, options: Any, model: str) -> Any:
+def simulate_job(job: Any, topology: str | None, options: Any, model: str, profile: Any = None) -> Any:
     """Simulate a whole job: the topo model plays every stage; SimAI's model runs the SimAI records
     derived from the job (one stage, as SimAI assumes), with the job's computation priced alike."""
     from simulator import api
@@ -363,7 +363,12 @@ def simulate_job(job: Any, topology: str | None, options: Any, model: str) -> An
         raise ConfigError("simulating a job needs computation times: give --gpu_type (the compute model), "
                           "--comp_filepath FILE or --aiob_enable")
     gen = MegatronWorkload(job)
-    fill_job_times(gen().items, job, source)
+    if profile is not None and profile.compute is not None:  # --profile: measured compute first, the model behind
+        from workload_generator.compute_times import fill_compute_times
+
+        fill_compute_times(gen().items, "model", estimator=profile.compute_time_ns)
+    else:
+        fill_job_times(gen().items, job, source)
     result = api.simulate(derive_simai(gen).workload, None, options, model="simai")
     from mocked_model.memory import estimate_memory
 

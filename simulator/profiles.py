@@ -468,7 +468,8 @@ def add_flags(parser: Any) -> None:
 def use_profile(args: Any, options: Any, model: str, job: Any) -> tuple[Any, Profile | None]:
     """Load ``--profile`` and fold it into the options of ``model``: the topo model asks the profile for
     every collective and (for a job) every computation; SimAI's model takes its -nv and -nic busbw from
-    the profile's measurements.  Returns the new options and the profile (None without ``--profile``)."""
+    the profile's measurements (and a job's computations from the profile, through
+    :func:`simulator.cli.simulate_job`).  Returns the new options and the profile (None without ``--profile``)."""
     root = getattr(args, "profile", None)
     device, sku = getattr(args, "network_device", None), getattr(args, "compute_sku", None)
     if root is None:
@@ -488,11 +489,10 @@ def use_profile(args: Any, options: Any, model: str, job: Any) -> tuple[Any, Pro
     dtype = job.training.dtype if job is not None else "bfloat16"
     if sku is None and gpu is not None and gpu.lower() in profile_db.skus(root):
         sku = gpu.lower()
-    if job is None or model != "topo":
+    if job is None:
         if getattr(args, "compute_sku", None) is not None:
-            raise ConfigError("--compute_sku prices the computations of a job simulated with --model topo; "
-                              + ("a SimAI workload file carries its own compute times" if job is None else
-                                 "SimAI's model takes the job's compute source (--gpu_type, --comp_filepath)"))
+            raise ConfigError("--compute_sku prices the computations of a job; a SimAI workload file carries its own "
+                              "compute times")
         sku = None
     from mocked_model.compute import known_gpu
 
@@ -546,7 +546,8 @@ def annotate(result: Any, profile: Profile | None) -> None:
     """Put what came from measurements and what from models into ``result.setup['sources']``."""
     if profile is None:
         return
-    lines = [profile.sources_text()] if result.model == "topo" else []
+    summaries = [profile.network_summary() if result.model == "topo" else None, profile.compute_summary()]
+    lines = [f"sources: {line}" for line in summaries if line]
     lines.extend(f"sources: {note}" for note in profile.notes)
     if result.model == "topo" and result.details is not None:
         total = sum(r.total_us for r in result.details.collectives)

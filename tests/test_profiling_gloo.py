@@ -110,3 +110,9 @@ def test_a_job_simulated_with_both_profiles_says_what_was_measured(database):
     assert "computations (59 distinct, compute profile cpu, compute model H100): 59 measured; 100% of their time " \
            "from measurements" in summary["sources"]
     assert "network profile cpu_gloo" in summary["sources"]
+    # SimAI's model: -nv and -nic from the measured busbw, the job's computations from the compute profile
+    simai = run_cli("-m", "simulator", *JOB, "--gpu_type", "H100", "--model", "simai", "-g_p_s", "2", "-n_p_s", "2",
+                    "--profile", "db", "--compute_sku", "cpu", "-r", "simai-", cwd=cwd)
+    assert simai.returncode == 0, simai.stderr
+    assert "sources: simai model: -nv " in simai.stdout and "from cpu_gloo (all_reduce busbw" in simai.stdout
+    assert "measured; 100% of their time from measurements" in simai.stdout
