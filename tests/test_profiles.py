@@ -8,6 +8,8 @@ import json
 import os
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simulator import profile_db
 from simulator.collectives import LinkModel
@@ -406,3 +408,36 @@ def test_simulator_with_a_profile_and_bad_profiles(tmp_path):
     time_negative.write_text(time_negative.read_text().replace(",100.0,", ",-100.0,"))
     failed = run_cli(*base, "--profile", "db", cwd=tmp_path)
     assert failed.returncode == 2 and "allreduce.csv:2: time_us: must be positive, got -100.0" in failed.stderr
+
+
+# ---- properties of the readers --------------------------------------------------------------------------
+
+POINTS = st.dictionaries(st.integers(1, 1 << 34), st.floats(0.5, 1e7, allow_nan=False), min_size=1, max_size=12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(points=POINTS, kind=st.sampled_from(sorted(profile_db.NETWORK_FILES)), shape=st.sampled_from([(2, 1), (2, 2)]))
+def test_written_network_rows_read_back(tmp_path_factory, points, kind, shape):
+    root = tmp_path_factory.mktemp("rt")
+    write_series(root, "d", kind, {shape: points})
+    sizes, times = profile_db.read_network(root, "d")[kind].series()[shape]
+    assert sizes == tuple(sorted(points))
+    assert times == pytest.approx([round(points[s], 4) for s in sizes], rel=1e-9, abs=1e-4)
+
+
+@settings(max_examples=40, deadline=None)
+@given(points=POINTS, in_place=st.booleans())
+def test_nccl_tests_tables_parse_back(points, in_place):
+    lines = ["# Collective test starting: all_gather_perf",
+             "#  Rank  0 Group  0 Pid  1 on  a device  0 [0x18] NVIDIA H100",
+             "#  Rank  1 Group  0 Pid  2 on  b device  0 [0x18] NVIDIA H100",
+             "#  size  count  type  redop  root  time  algbw  busbw #wrong  time  algbw  busbw #wrong"]
+    for size, t in sorted(points.items()):
+        lines.append(f"  {size}  {size // 4}  float  none  -1  {t:.2f}  0.00  0.00  0  {t * 2:.2f}  0.00  0.00  0")
+    from profiling.nccl_tests import parse
+
+    run = parse("\n".join(lines) + "\n", "x.txt", in_place=in_place)
+    assert (run.kind, run.ranks, run.ranks_per_node) == ("all_gather", 2, 1)
+    for row, (size, t) in zip(run.rows, sorted(points.items())):
+        expected = float(f"{t * 2:.2f}") if in_place else float(f"{t:.2f}")
+        assert row["size_bytes"] == size and row["time_us"] == pytest.approx(expected)
