@@ -311,6 +311,12 @@ def test_busbw_yaml_for_a_layout(tmp_path):
     assert values[("PP", "busbw")] == round(45e9 / GIB, 2)
     assert values[("EP", "alltoall")] is None
     assert "# all_reduce over 8 ranks, 8 per node: measured" in out.read_text()
+    # and SimAI's reader as the simulator's -busbw has it (simulator.busbw_file) agrees
+    from simulator.busbw_file import BusbwFile
+
+    read = BusbwFile.read(out)
+    assert read.busbw("TP", "all_reduce") == pytest.approx(279.4, rel=1e-6) and read.pp_busbw == pytest.approx(41.91)
+    assert not read.notes
 
 
 # ---- nccl-tests' output --------------------------------------------------------------------------------------
