@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from simulator.repeat import find_blocks
 from utils.errors import ConfigError, FormatError
 from workload_generator.schedules import Step, pipeline_schedule
 from workload_generator.simai_tokens import classify
@@ -117,36 +118,6 @@ def _step_program(overlapped: bool, deferred: list[Op]) -> Program:
         step.ops.append(Op(GRAD_WAIT, "finish_grad_sync", "grad_sync", "step"))
     step.ops.extend(deferred)
     return step
-
-def find_blocks(names: Sequence[str], ga: int) -> tuple[int, int] | None:
-    """``(first, length)`` of the ``ga`` micro-batch blocks unrolled in a SimAI file, or None.
-
-    A block starts at each occurrence of a name that occurs exactly ``ga`` times at a constant
-    spacing with the same names in every block; ``embedding_layer`` (AICB's first record of a
-    micro-batch) is tried first, then the names in file order.  With ``ga == 1`` the block runs from
-    the first ``embedding_layer`` (or the first record) to the end.
-    """
-    if not names:
-        return None
-    if ga == 1:
-        first = names.index("embedding_layer") if "embedding_layer" in names else 0
-        return first, len(names) - first
-    positions: dict[str, list[int]] = {}
-    for i, name in enumerate(names):
-        positions.setdefault(name, []).append(i)
-    candidates = ["embedding_layer"] + [n for n in positions if n != "embedding_layer"]
-    for name in candidates:
-        where = positions.get(name, [])
-        if len(where) != ga:
-            continue
-        length = where[1] - where[0]
-        if any(b - a != length for a, b in zip(where, where[1:])) or where[-1] + length > len(names):
-            continue
-        block = names[where[0]:where[0] + length]
-        if all(names[p:p + length] == block for p in where[1:]):
-            return where[0], length
-    return None
-
 
 def _simai_comm(token: str, column: str, size: int) -> tuple[str, str] | None:
     comm_type, group = classify(token, column)

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from simulator.repeat import with_index
+
 if TYPE_CHECKING:  # pragma: no cover
     import pandas
 
@@ -279,25 +281,32 @@ class SimulationResult:
 
 # ---- tables as rows (a header row first): the pandas views above and the report's CSV files --------
 
-def layer_rows(result: SimulationResult) -> list[list[Any]]:
+LAYER_HEADER: list[Any] = ["index", "layer_name", "fwd_compute_us", "ig_compute_us", "wg_compute_us"]
+for _phase in PHASES:
+    LAYER_HEADER += [f"{_phase}_comm_token", f"{_phase}_comm_type", f"{_phase}_group", f"{_phase}_group_size",
+                     f"{_phase}_size_bytes", f"{_phase}_comm_us", f"{_phase}_exposed_us", f"{_phase}_algbw_gibps",
+                     f"{_phase}_busbw_gibps", f"{_phase}_cost_rule"]
+LAYER_HEADER += ["fwd_ig_booked_to", "wg_booked_to"]
+
+
+def layer_row(layer: LayerResult, index: int | None = None) -> list[Any]:
+    """One record's row of :func:`layer_rows` (``index`` overrides the layer's own)."""
+    row: list[Any] = [layer.index if index is None else index, layer.name, layer.fwd_compute_ns / 1000,
+                      layer.ig_compute_ns / 1000, layer.wg_compute_ns / 1000]
+    for cost, exposed_ns in ((layer.fwd, layer.fwd_exposed_ns), (layer.ig, layer.ig_exposed_ns),
+                             (layer.wg, layer.wg_exposed_ns)):
+        row += [cost.token, cost.comm_type or "", cost.group, cost.group_size, cost.size_bytes,
+                cost.time_ns / 1000, exposed_ns / 1000, cost.algbw_gibps, cost.busbw_gibps, cost.how]
+    row += [layer.booked_fwd_ig, layer.booked_wg]
+    return row
+
+
+def layer_rows(result: SimulationResult, header_only: bool = False) -> list[list[Any]]:
     """Our per-layer table: a header row, then one row per record (times in us, sizes in bytes,
     bandwidths in GiB/s)."""
-    header: list[Any] = ["index", "layer_name", "fwd_compute_us", "ig_compute_us", "wg_compute_us"]
-    for phase in PHASES:
-        header += [f"{phase}_comm_token", f"{phase}_comm_type", f"{phase}_group", f"{phase}_group_size",
-                   f"{phase}_size_bytes", f"{phase}_comm_us", f"{phase}_exposed_us", f"{phase}_algbw_gibps",
-                   f"{phase}_busbw_gibps", f"{phase}_cost_rule"]
-    header += ["fwd_ig_booked_to", "wg_booked_to"]
-    rows: list[list[Any]] = [header]
-    for layer in result.layers:
-        row: list[Any] = [layer.index, layer.name, layer.fwd_compute_ns / 1000, layer.ig_compute_ns / 1000,
-                          layer.wg_compute_ns / 1000]
-        for cost, exposed_ns in ((layer.fwd, layer.fwd_exposed_ns), (layer.ig, layer.ig_exposed_ns),
-                                 (layer.wg, layer.wg_exposed_ns)):
-            row += [cost.token, cost.comm_type or "", cost.group, cost.group_size, cost.size_bytes,
-                    cost.time_ns / 1000, exposed_ns / 1000, cost.algbw_gibps, cost.busbw_gibps, cost.how]
-        row += [layer.booked_fwd_ig, layer.booked_wg]
-        rows.append(row)
+    rows: list[list[Any]] = [list(LAYER_HEADER)]
+    if not header_only:
+        rows += [layer_row(layer, index) for layer, index in with_index(result.layers)]
     return rows
 
 

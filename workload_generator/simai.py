@@ -527,6 +527,7 @@ def _read_records(lines: Sequence[str], count: int, width: int, path: str, stric
     names = _field_names(width)
     fast = (_RECORD13_RE if width == 13 else _RECORD_RE).fullmatch
     valid = VALID_TOKENS
+    seen: dict[str, tuple] = {}    # a well-formed line's text -> its record's values
     pending: list[str] = []        # tokens of a record spread over lines (lenient mode)
     pending_lines: list[int] = []
     number = 2
@@ -541,12 +542,18 @@ def _read_records(lines: Sequence[str], count: int, width: int, path: str, stric
                                 "(as SimAI does)")
                 break
             continue
+        if not pending:
+            values = seen.get(line)
+            if values is not None:  # files repeat one micro-batch's lines ga times: parse each text once
+                append(SimAILayer(*values))
+                continue
         match = fast(line) if not pending else None
         if match:
             g = match.groups()
             if not strict or (g[3] in valid and g[6] in valid and g[9] in valid and (width == 12 or g[12] in POLICIES)):
-                append(SimAILayer(g[0], int(g[1]), int(g[2]), g[3], int(g[4]), int(g[5]), g[6], int(g[7]),
-                                  int(g[8]), g[9], int(g[10]), int(g[11]), g[12] if width == 13 else None))
+                values = seen[line] = (g[0], int(g[1]), int(g[2]), g[3], int(g[4]), int(g[5]), g[6], int(g[7]),
+                                       int(g[8]), g[9], int(g[10]), int(g[11]), g[12] if width == 13 else None)
+                append(SimAILayer(*values))
                 continue
         tokens = line.split()
         if not tokens:
