@@ -14,15 +14,18 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from utils.config import FRAMES, JobConfig, TrainingConfig
+from utils.cli_types import fraction, integer, non_negative, number, positive_int, positive_number
 from utils.errors import ConfigError, UserError
-from utils.model_config import NORMALIZATIONS, POSITION_EMBEDDINGS, ModelConfig
-from utils.parallel import ParallelConfig
-from utils.presets import get_preset, resolve_model_size
-from utils.units import parse_size
+
+if TYPE_CHECKING:  # pragma: no cover
+    from utils.config import JobConfig
+    from utils.model_config import ModelConfig
+
+
+__all__ = ["CliParser", "add_job_flags", "build_parser", "fraction", "integer", "job_from", "model_from",
+           "non_negative", "number", "parse_job", "positive_int", "positive_number", "resolve", "run_main"]
 
 
 class CliParser(argparse.ArgumentParser):
@@ -32,254 +35,14 @@ class CliParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def integer(text: str) -> int:
-    """argparse type: an integer, also written as ``5e8`` or ``1_000`` (AICB's bucket sizes are often
-    given so)."""
-    try:
-        value = float(text.replace("_", "")) if any(c in text for c in ".eE") else int(text.replace("_", ""))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid integer: {text!r}") from None
-    if value != int(value):
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}")
-    return int(value)
+def __getattr__(name: str) -> Any:
+    # The flag tables (GENERAL, MODEL, ..., ALL_GROUPS, DEFAULTS) live in utils.cli_flags, built on first use.
+    if name.isupper():
+        from utils import cli_flags
 
-
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    try:
-        value = integer(text)
-    except argparse.ArgumentTypeError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def number(text: str) -> float:
-    """argparse type: a real number."""
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-
-
-def positive_number(text: str) -> float:
-    """argparse type: a number > 0."""
-    value = number(text)
-    if not value > 0.0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
-
-
-def fraction(text: str) -> float:
-    """argparse type: a number in (0, 1]."""
-    value = number(text)
-    if not 0.0 < value <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 1], got {text!r}")
-    return value
-
-
-def non_negative(text: str) -> float:
-    """argparse type: a number >= 0."""
-    value = number(text)
-    if not value >= 0.0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
-    return value
-
-
-_int = integer
-
-
-def _size(text: str) -> int:
-    try:
-        return parse_size(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-_bool = argparse.BooleanOptionalAction
-
-
-@dataclass(frozen=True)
-class Flag:
-    names: tuple[str, ...]
-    dest: str
-    default: Any
-    help: str
-    type: Callable[[str], Any] | None = None
-    action: Any = None
-    choices: Sequence[Any] | None = None
-
-
-def _dest(names: tuple[str, ...]) -> str:
-    """The first long option names the value (``-m/--model_size`` -> ``model_size``)."""
-    long = [n for n in names if n.startswith("--")]
-    return (long or list(names))[0].lstrip("-").replace("-", "_")
-
-
-def _f(names: str | tuple[str, ...], default: Any, help: str, type: Callable | None = _int, **kw: Any) -> Flag:
-    names = (names,) if isinstance(names, str) else names
-    dest = _dest(names)
-    return Flag(names, kw.pop("dest", dest), default, help, type if kw.get("action") is None else None, **kw)
-
-
-def _switch(names: str | tuple[str, ...], help: str, default: bool = False, negatable: bool = False) -> Flag:
-    names = (names,) if isinstance(names, str) else names
-    return Flag(names, _dest(names), default, help, None, _bool if negatable else "store_true")
-
-
-# ---- the flags ------------------------------------------------------------------------------
-GENERAL = [
-    _f("--frame", "Megatron", "training framework to mock", type=str, choices=FRAMES),
-    _f("--gpu_type", None, "GPU type (names the output files; selects the analytical compute model)", type=str),
-    _f("--world_size", 1, "number of GPUs"),
-    _f("--tensor_model_parallel_size", 1, "tensor-parallel size (tp)"),
-    _f(("--pipeline_model_parallel", "--pipeline_model_parallel_size"), 1, "pipeline-parallel size (pp)"),
-    _f(("--context-parallel-size", "--context_parallel_size"), 1, "context-parallel size (cp)",
-       dest="context_parallel_size"),
-    _f("--pp_rank", 0, "pipeline stage whose workload is generated (AICB's -1 means 0)"),
-    _f("--global_batch", 4, "global batch size (sequences per iteration)"),
-    _f("--micro_batch", 1, "micro-batch size per model replica"),
-    _f("--epoch_num", 1, "iterations to generate or replay"),
-    _switch("--computation_enable", "add computation items (implied by --aiob_enable)"),
-    _f("--dtype", "bfloat16", "training dtype (bfloat16, float16, float32; float8: Transformer Engine's FP8 GEMMs with "
-       "bf16 activations and communication)", type=str),
-    _switch("--enable_visual", "write plots of the replay results"),
-    _switch("--workload_only", "generate the workload and stop (no replay)"),
-    _f(("--output", "-o"), None, "write the workload to this path instead of AICB's default location", type=str),
-    _f("--output_dir", None, "directory for results (default: results/)", type=str),
-]
-MODEL = [
-    _f(("--model_name",), None, "model preset (e.g. gpt_13B, llama3_405B, Mixtral_8x7B, deepseek671)", type=str),
-    _f(("-m", "--model_size"), None, "AICB model size (7, 13, 22, 175, 405, 65, moe, deepseek16, ...)", type=str),
-    _f("--hidden_size", 1024, "transformer hidden size"),
-    _f("--num_layers", 24, "transformer layers"),
-    _f("--seq_length", 2048, "sequence length"),
-    _f("--num_attention_heads", 16, "attention heads (AICB's default copies --num_layers; ours is hidden/64)"),
-    _f(("--num_query_groups", "--num_key_value_heads"), None, "key/value head groups (grouped-query attention)"),
-    _f("--kv_channels", None, "size of one attention head (default hidden/heads)"),
-    _f("--ffn_hidden_size", None, "MLP hidden size (default 4*hidden, or Megatron's SwiGLU rule)"),
-    _f("--vocab_size", 32000, "vocabulary size before padding"),
-    _f("--max_position_embeddings", 4096, "maximum positions (learned position embeddings)"),
-    _switch("--add_bias_linear", "biases in the linear layers", negatable=True),
-    _switch("--use_flash_attn", "use flash attention (AIOB timing)"),
-    _switch("--swiglu", "SwiGLU MLP (fc1 doubled)", negatable=True),
-    _f("--normalization", None, "LayerNorm or RMSNorm", type=str, choices=NORMALIZATIONS),
-    _f("--position_embedding_type", None, "learned_absolute, rope or none", type=str, choices=POSITION_EMBEDDINGS),
-    _switch("--untie_embeddings_and_output_weights", "separate output-layer weights", negatable=True),
-    _f("--make_vocab_size_divisible_by", 128, "pad the vocabulary to a multiple of this times tp"),
-    _f(("--attention_dropout", "--attention-dropout"), None, "dropout probability of the attention scores "
-       "(default: the preset's, else Megatron's 0.1)", type=float),
-    _f(("--hidden_dropout", "--hidden-dropout"), None, "dropout probability after the attention and the MLP "
-       "(default: the preset's, else Megatron's 0.1)", type=float),
-]
-MEGATRON = [
-    _switch("--enable_sequence_parallel", "Megatron sequence parallelism"),
-    _switch(("--use-distributed-optimizer",), "Megatron's distributed optimizer (ZeRO-1 style)"),
-    _switch("--overlap_grad_reduce", "overlap the DP gradient reduction with backward"),
-    _f("--num_layers_per_virtual_pipeline_stage", None, "layers per virtual stage (interleaved 1F1B)"),
-    _f("--decoder_first_pipeline_num_layers", None, "layers of the first pipeline stage (uneven split)"),
-    _f("--decoder_last_pipeline_num_layers", None, "layers of the last pipeline stage (uneven split)"),
-    _f("--num_virtual_stages_per_pipeline_rank", None, "model chunks per pipeline rank (interleaved 1F1B, Megatron "
-       "core's spelling)"),
-    _switch("--account_for_embedding_in_pipeline_split", "count the embedding as one layer when splitting the "
-            "layers over pipeline stages (Megatron core)"),
-    _switch("--account_for_loss_in_pipeline_split", "count the loss as one layer when splitting the layers over "
-            "pipeline stages (Megatron core)"),
-    _switch("--accumulate_allreduce_grads_in_fp32", "fp16 training: accumulate and reduce gradients in fp32 "
-            "(Megatron's default with fp16 is fp16 gradients; bf16 always uses fp32)"),
-    _switch("--no_gradient_accumulation_fusion", "weight gradients written, then added to the fp32 main gradient "
-            "(Megatron fuses the two by default)"),
-    _switch("--scatter_gather_tensors_in_pipeline", "legacy Megatron-LM's p2p optimisation without sequence "
-            "parallelism: each TP rank sends 1/tp of the activation, the receiver all-gathers it over TP"),
-    _switch("--tp_comm_overlap", "TP collectives overlap the GEMMs (Megatron's --tp-comm-overlap)"),
-    _f("--ddp_bucket_size", None, "DP gradient bucket size in elements (default Megatron's: max(40M, 1M*dp))"),
-    _switch("--recompute_activations", "selective activation recomputation"),
-    _f("--recompute_granularity", None, "full or selective activation recomputation", type=str,
-       choices=("full", "selective")),
-    _switch("--no_create_attention_mask_in_dataloader", "no attention-mask broadcast in get_batch (Megatron's flag)"),
-]
-DEEPSPEED = [
-    _f("--stage", 3, "ZeRO stage", choices=(1, 2, 3)),
-    _switch("--amp_enabled", "AMP (skips the initial parameter broadcast)"),
-    _f("--reduce_bucket_size", int(5e8), "gradient reduction bucket, elements"),
-    _f("--allgather_bucket_size", int(5e8), "parameter all-gather bucket (stage 1/2), elements"),
-    _switch("--contiguous_gradients", "reduce partitions to their owners instead of all-reduce"),
-    _f("--param_persistence_threshold", int(1e5), "stage 3: parameters this small stay gathered"),
-    _f("--model_persistence_threshold", sys.maxsize, "stage 3: total persistent parameters limit"),
-    _f("--max_live_parameters", int(1e9), "stage 3: gathered parameters limit"),
-    _f("--prefetch_bucket_size", int(1e9), "stage 3: prefetch queue size, elements"),
-]
-COLLECTIVE = [
-    _f("--begin_size", 1048576, "first message size (bytes; 64K, 1M, 1G accepted)", type=_size),
-    _f("--end_size", 1048576, "last message size", type=_size),
-    _f("--step_factor", 2, "size multiplier between steps"),
-    _f("--test_comm", "all_reduce", "collective to sweep", type=str),
-    _f("--iter_num", 500, "iterations per size"),
-    _f("--multi_all_reduce_enable", 0, "AICB's multi all-reduce test (0 or 1)"),
-]
-MOE = [
-    _switch("--moe_enable", "mixture-of-experts MLP", negatable=True),
-    _f("--expert_model_parallel_size", 1, "expert-parallel size (ep)"),
-    _f("--expert_tensor_parallel_size", None, "tensor-parallel size inside experts (default tp)"),
-    _f("--num_experts", 1, "experts per MoE layer"),
-    _f("--moe_router_topk", 1, "experts each token is routed to"),
-    _f("--moe_ffn_hidden_size", None, "expert MLP hidden size (default --ffn_hidden_size)"),
-    _switch("--moe_grouped_gemm", "grouped GEMM for the local experts"),
-    _f("--activation_func", None, "MLP activation", type=str),
-    _f("--moe_token_dispatcher_type", "alltoall", "token dispatcher: alltoall or allgather", type=str,
-       choices=("alltoall", "allgather")),
-    _f("--moe_routing_skew", 0.0, "routing skew s: expert e gets a share proportional to (e+1)^-s (0 = balanced)",
-       type=float),
-    _f("--moe_expert_capacity_factor", None, "expert capacity factor (tokens over capacity are dropped)", type=float),
-    _switch("--moe_pad_expert_input_to_capacity", "pad every expert's input to its capacity"),
-    _switch("--moe_fp8_dispatch", "dispatch tokens in FP8 (1 byte per value plus fp32 scales per 128 values)"),
-]
-AIOB = [
-    _switch("--aiob_enable", "measure computation times on this device (AIOB)"),
-    _f("--compute_source", None, "where computation times come from: aiob, file, model (the compute model; "
-       "'roofline' is accepted for it) or placeholder (default: aiob with --aiob_enable, file with --comp_filepath, "
-       "else model when --gpu_type is known, else placeholder)", type=str,
-       choices=("aiob", "file", "model", "roofline", "placeholder")),
-    _f("--comp_filepath", None, "read computation times from this AIOB file", type=str),
-    _switch("--gated_linear_unit", "gated linear unit (set by --swiglu)"),
-    _switch("--bias_gelu_fusion", "fused bias+GeLU"),
-    _switch("--openai_gelu", "OpenAI's GeLU"),
-    _switch("--onnx_safe", "ONNX workarounds"),
-    _switch("--squared_relu", "squared ReLU activation"),
-]
-SIMAI = [_switch("--overlap_version", "SimAI overlap variant")]
-DEEPSEEK = [
-    _f("--n_dense_layers", None, "leading dense (non-MoE) layers (DeepSeek frame default 3)"),
-    _f(("--n_shared_expert", "--n_shared_experts"), None, "shared experts (DeepSeek frame default 2)"),
-    _f("--qk_rope_dim", None, "query/key rotary head dimension (default 64)"),
-    _f("--qk_nope_dim", None, "query/key non-rotary head dimension (default 128)"),
-    _f("--q_lora_rank", None, "query down-projection rank (default 1536)"),
-    _f("--kv_lora_rank", None, "key/value down-projection rank (default 512)"),
-    _f("--v_head_dim", None, "value head dimension (default 128)"),
-]
-REPLAY = [
-    _f("--backend", "auto", "torch.distributed backend of the replay (auto: nccl with CUDA, else gloo)", type=str,
-       choices=("auto", "nccl", "gloo")),
-    _f("--compute_mode", "auto", "computation items: sleep their time, run a real matmul of their shapes (gemm), or "
-       "skip them (auto: sleep when timed, gemm on a GPU, else skip)", type=str,
-       choices=("auto", "sleep", "gemm", "skip")),
-    _f("--warmup", 1, "untimed, unlogged iterations before the measured ones"),
-    _f("--timeout", 300.0, "seconds any one operation may take before every rank stops with a message", type=float),
-    _f("--workload", None, "replay this AICB workload CSV instead of generating one ({pp_rank} and {rank} in the "
-       "path pick a file per pipeline stage or rank)", type=str),
-    _f("--emulate", None, "run these collectives (comma list, or all) as the gloo emulations do, even where the "
-       "backend has them (for comparison and tests)", type=str),
-]
-ALL_GROUPS = {
-    "general": GENERAL, "model": MODEL, "Megatron": MEGATRON, "DeepSpeed": DEEPSPEED,
-    "collective test": COLLECTIVE, "MoE": MOE, "AIOB": AIOB, "SimAI": SIMAI, "DeepSeek": DEEPSEEK,
-    "replay": REPLAY,
-}
-DEFAULTS = {flag.dest: flag.default for group in ALL_GROUPS.values() for flag in group}
-# AICB's DeepSeek defaults (get_deepseek_params), used with --frame DeepSeek when no preset sets them.
-DEEPSEEK_DEFAULTS = dict(n_dense_layers=3, n_shared_expert=2, qk_rope_dim=64, qk_nope_dim=128, q_lora_rank=1536,
-                         kv_lora_rank=512, v_head_dim=128)
+        if hasattr(cli_flags, name):
+            return getattr(cli_flags, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _spellings(name: str) -> list[str]:
@@ -307,6 +70,8 @@ def add_job_flags(parser: argparse.ArgumentParser, groups: Sequence[str] | None 
     whose destination is in ``skip`` or whose spellings the parser already has are left out (another
     tool's own flag of the same name wins).  Returns the destinations added."""
     added: set[str] = set()
+    from utils.cli_flags import ALL_GROUPS
+
     taken = set(getattr(parser, "_option_string_actions", {}))
     for title, flags in ALL_GROUPS.items():
         if groups is not None and title not in groups:
@@ -332,6 +97,9 @@ def add_job_flags(parser: argparse.ArgumentParser, groups: Sequence[str] | None 
 
 def resolve(given: dict[str, Any]) -> dict[str, Any]:
     """All flag values: AICB defaults, then the preset, then what the user gave."""
+    from utils.cli_flags import DEEPSEEK_DEFAULTS, DEFAULTS
+    from utils.presets import get_preset, resolve_model_size
+
     frame = given.get("frame", DEFAULTS["frame"])
     name = given.get("model_name")
     if given.get("model_size") is not None:
@@ -378,6 +146,8 @@ def _preset_flags(model: ModelConfig) -> dict[str, Any]:
 
 def model_from(values: dict[str, Any]) -> ModelConfig:
     """The :class:`ModelConfig` the resolved flag values describe."""
+    from utils.model_config import ModelConfig
+
     preset: ModelConfig | None = values.get("preset")
     moe = bool(values["moe_enable"])
     if moe and values["num_experts"] <= 1:
@@ -416,6 +186,12 @@ def model_from(values: dict[str, Any]) -> ModelConfig:
 
 def job_from(values: dict[str, Any]) -> JobConfig:
     """The validated :class:`JobConfig` of resolved flag values.  Raises :class:`ConfigError`."""
+    from dataclasses import fields
+
+    from utils.config import JobConfig, TrainingConfig
+    from utils.model_config import ModelConfig
+    from utils.parallel import ParallelConfig
+
     recompute = values["recompute_granularity"] or ("selective" if values["recompute_activations"] else "none")
     training_fields = {f.name for f in fields(TrainingConfig)}
     extra = {k: v for k, v in values.items() if k not in training_fields and k != "preset"}
