@@ -224,7 +224,6 @@ class TopoModel:
         self.pconf = ParallelConfig(world_size=lay["world"], tp=lay["tp"], pp=lay["pp"], ep=lay["ep"])
         rg = self.pconf.rank_generator()
         self.rep = [rg.rank_at(pp=s) for s in range(self.pp)]
-        self._groups: dict[str, Any] = {}
         self._members: dict[tuple[str, int], Sequence[int]] = {}
         self._shapes: dict[tuple[str, int], Any] = {}
         self._costs: dict[tuple[Any, str, int], Cost] = {}
@@ -236,26 +235,13 @@ class TopoModel:
     # ---- placement and costs -----------------------------------------------------------------
 
     def members(self, group: str, stage: int) -> Sequence[int]:
-        """Global ranks of the ``group`` that holds stage ``stage``'s representative rank."""
+        """Global ranks of the ``group`` that holds stage ``stage``'s representative rank (that rank alone
+        when no such group holds it, e.g. a middle stage's embedding group)."""
         key = (group, stage)
         found = self._members.get(key)
-        if found is not None:
-            return found
-        rank = self.rep[stage]
-        if group == "all_nodes":
-            found = range(self.world)
-        else:
-            import numpy as np
-
-            table = self._groups.get(group)
-            if table is None:
-                table = self._groups[group] = np.asarray(self.pconf.group_ranks(group), dtype=np.int64)
-            if table.size == 0:
-                found = [rank]
-            else:
-                rows = np.nonzero((table == rank).any(axis=1))[0]
-                found = table[rows[0]].tolist() if len(rows) else [rank]
-        self._members[key] = found
+        if found is None:
+            rank = self.rep[stage]
+            found = self._members[key] = self.pconf.group_of(rank, group) or [rank]
         return found
 
     def shape(self, group: str, stage: int):

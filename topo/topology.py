@@ -430,17 +430,35 @@ def _components(topo: Topology, max_level: int | None) -> int:
 def read_topology(path: str | os.PathLike) -> Topology:
     """Read a SimAI topology file.  Raises :class:`FormatError` (file, line, field) on bad content."""
     name = os.fspath(path)
-    return parse_topology(read_text(name, "a SimAI topology", what="the topology file"), name)
+    try:
+        with open(name, "rb") as handle:
+            data = handle.read()
+    except OSError:
+        read_text(name, "a SimAI topology", what="the topology file")  # raises the one-line error
+        raise
+    if not data.isascii():
+        return parse_topology(read_text(name, "a SimAI topology", what="the topology file"), name)
+    return parse_topology(data, name)
 
 
-def parse_topology(text: str, source: str = "<text>") -> Topology:
-    """Parse the text of a SimAI topology file (see the module docstring for what is checked)."""
-    lines = text.split("\n")
-    while lines and not lines[-1].strip():
-        lines.pop()
-    if not lines:
-        raise FormatError(source, "empty file; expected the header line " + " ".join(f"<{f}>" for f in HEADER_FIELDS),
-                          line=1)
+def parse_topology(text: str | bytes, source: str = "<text>") -> Topology:
+    """Parse the text of a SimAI topology file (see the module docstring for what is checked).
+
+    The link lines are read column-wise over the file's bytes (:func:`_links_fast`) when they are
+    plain ASCII with decimal node ids; anything else, and every error, goes through the line-by-line
+    reader, which names the line and field."""
+    data = text if isinstance(text, bytes) else text.encode("utf-8")
+    first = data.find(b"\n")
+    second = data.find(b"\n", first + 1) if first >= 0 else -1
+    if second >= 0 and data.isascii():
+        fast = _parse_fast(data[:second].decode("ascii").split("\n"), data, second + 1, source)
+        if fast is not None:
+            return fast
+    return _parse_lines(text if isinstance(text, str) else text.decode("utf-8"), source)
+
+
+def _header(source: str, lines: list[str]) -> tuple[int, int, int, str, np.ndarray, int]:
+    """(total, gpus per server, NVSwitches, GPU type, switch ids, link count) of lines 1 and 2."""
     header = lines[0].split()
     if len(header) != 6:
         raise FormatError(source, f"the header has {len(header)} fields, expected 6: " + " ".join(HEADER_FIELDS), line=1)
@@ -456,6 +474,153 @@ def parse_topology(text: str, source: str = "<text>") -> Topology:
         raise FormatError(source, f"{gpus} GPUs ({total} - {nv} - {other}) is not a multiple of {gps} GPUs per server",
                           line=1, field="gpus_per_server")
     switch_ids = _switch_ids(source, lines[1].split() if len(lines) > 1 else [], gpus, total, nv + other)
+    return total, gps, nv, gpu_type, switch_ids, n_links
+
+
+_WHITESPACE = np.zeros(256, dtype=bool)
+_WHITESPACE[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = True
+"""The ASCII bytes ``str.split()`` splits on."""
+
+
+def _parse_fast(head: list[str], data: bytes, offset: int, source: str) -> Topology | None:
+    """The topology from lines 1-2 and the link lines (``data[offset:]``), or None when the links need
+    the line-by-line reader (an irregular line, a non-decimal id, an id out of range, a bad string)."""
+    try:
+        total, gps, nv, gpu_type, switch_ids, n_links = _header(source, head)
+    except FormatError:
+        return None
+    links = _links_fast(np.frombuffer(data[offset:] + bytes(32), dtype=np.uint8), n_links, total)
+    if links is None:
+        return None
+    src, dst, coded = links
+    (bw_codes, bw_strings), (lat_codes, lat_strings), (err_codes, err_strings) = coded
+    return Topology(total, gps, nv, gpu_type, switch_ids, src, dst, bw_codes, bw_strings, lat_codes, lat_strings,
+                    err_codes, err_strings, source)
+
+
+def _links_fast(data: np.ndarray, n_links: int, total: int) -> tuple | None:
+    """``(src, dst, [(codes, strings)] for bandwidth, latency, error rate)`` of ``n_links`` link lines
+    (the bytes ``data``), read with array operations: every line exactly 5 whitespace-separated
+    fields, decimal ids in ``0 .. total-1``, no self-link, every distinct string parsed; else None.
+    ``data`` ends with 32 padding zero bytes (read past a field's end by :func:`_words`)."""
+    padded, data = data, data[:-32]
+    ws = _WHITESPACE[data]
+    # token boundaries: where whitespace turns into text (a start) and back (an end), in one pass
+    edges = np.flatnonzero(ws[1:] != ws[:-1]) + 1
+    if len(data) and not ws[0]:
+        edges = np.concatenate(([0], edges))
+    if len(edges) % 2:
+        edges = np.concatenate((edges, [len(data)]))
+    if len(edges) != 10 * n_links:
+        return None  # not 5 fields per link line (trailing blank lines carry no token and do not count)
+    edges = edges.reshape(n_links, 10)
+    starts, ends = edges[:, 0::2], edges[:, 1::2]
+    # exactly one line break between two links' fields, none inside a link's
+    gaps = starts[:, 1:] - ends[:, :-1]
+    between = starts[1:, 0] - ends[:-1, 4]
+    if (gaps == 1).all() and (between == 1).all():
+        if (data[ends[:, :-1]] == 10).any() or not (data[ends[:-1, 4]] == 10).all():
+            return None
+    else:
+        newlines = np.flatnonzero(data[: ends[-1, 4]] == 10)
+        if len(newlines) != n_links - 1 or not np.array_equal(np.searchsorted(newlines, starts[:, 0]), np.arange(n_links)) \
+                or not np.array_equal(np.searchsorted(newlines, ends[:, 4]), np.arange(n_links)):
+            return None
+    ids = []
+    for column in (0, 1):
+        value = _decimal(padded, starts[:, column], ends[:, column])
+        if value is None or (len(value) and int(value.max()) >= total):
+            return None
+        ids.append(value)
+    src, dst = ids
+    if (src == dst).any():
+        return None
+    coded = []
+    for column, parse in ((2, parse_bandwidth), (3, parse_latency), (4, parse_error_rate)):
+        found = _distinct(padded, starts[:, column], ends[:, column])
+        if found is None:
+            return None
+        codes, strings = found
+        try:
+            for text in strings:
+                parse(text)
+        except ValueError:
+            return None
+        coded.append((codes, strings))
+    return src, dst, coded
+
+
+_LOW_BYTES = np.array([(1 << (8 * k)) - 1 for k in range(8)] + [(1 << 64) - 1], dtype=np.uint64)
+"""``_LOW_BYTES[k]``: a mask of the k lowest bytes of a little-endian 64-bit word."""
+
+
+def _words(data: np.ndarray, start: np.ndarray, length: np.ndarray, count: int) -> list[np.ndarray]:
+    """The bytes ``data[start:start+length]`` as ``count`` little-endian 64-bit words each (8 bytes per
+    word, bytes past ``length`` zeroed); ``data`` ends with at least ``8 * count`` padding bytes."""
+    window = np.ndarray(shape=(len(data) - 7,), dtype="<u8", buffer=data, strides=(1,))  # 8 bytes at each offset
+    out = []
+    for j in range(count):
+        left = np.clip(length - 8 * j, 0, 8)
+        out.append(window[start + 8 * j] & _LOW_BYTES[left])
+    return out
+
+
+def _decimal(data: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray | None:
+    """The non-negative decimal integers ``data[start:end]`` (at most 16 digits, digits only), or None."""
+    length = end - start
+    if not len(length):
+        return np.zeros(0, np.int64)
+    if int(length.max()) > 16:
+        return None
+    value = np.zeros(len(start), dtype=np.int64)
+    for word, base in zip(_words(data, start, length, 2), (0, 8)):
+        digits = min(8, int(length.max()) - base)
+        for k in range(max(digits, 0)):
+            inside = length > base + k
+            digit = ((word >> np.uint64(8 * k)) & np.uint64(255)).astype(np.int64) - 48
+            if (inside & ((digit < 0) | (digit > 9))).any():
+                return None
+            value = np.where(inside, value * 10 + digit, value)
+    return value
+
+
+def _distinct(data: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, tuple[str, ...]] | None:
+    """Codes into the distinct strings ``data[start:end]`` in first-seen order (as :func:`_coded`), or None
+    for strings longer than 32 bytes."""
+    length = end - start
+    n = len(start)
+    longest = int(length.max()) if n else 0
+    if longest > 32:
+        return None
+    words = np.stack(_words(data, start, length, max(1, -(-longest // 8))), axis=1)
+    codes = np.full(n, -1, dtype=np.int32)
+    firsts: list[int] = []
+    left = np.arange(n)
+    rows = words
+    while len(left) and len(firsts) < 16:  # files hold a handful of distinct rates and latencies
+        same = (rows == rows[0]).all(axis=1)
+        codes[left[same]] = len(firsts)
+        firsts.append(int(left[0]))
+        left, rows = left[~same], rows[~same]
+    if len(left):  # many distinct strings: sort them
+        _, index, inverse = np.unique(words, axis=0, return_index=True, return_inverse=True)
+        order = np.argsort(index, kind="stable")
+        rank = np.empty(len(order), dtype=np.int32)
+        rank[order] = np.arange(len(order), dtype=np.int32)
+        codes, firsts = rank[inverse.ravel()], index[order].tolist()
+    strings = tuple(bytes(data[start[i]:end[i]]).decode("ascii") for i in firsts)
+    return codes, strings
+
+
+def _parse_lines(text: str, source: str) -> Topology:
+    """The line-by-line reader: every check, errors naming the line and field."""
+    lines = text.split("\n")
+    while lines and not lines[-1].strip():
+        lines.pop()
+    if not lines:
+        raise FormatError(source, "empty file; expected the header line " + " ".join(f"<{f}>" for f in HEADER_FIELDS),
+                          line=1)
+    total, gps, nv, gpu_type, switch_ids, n_links = _header(source, lines)
     rows = list(map(str.split, lines[2:]))
     if len(rows) != n_links:
         raise FormatError(source, f"the header says {n_links} links but the file has {len(rows)} link lines",
