@@ -57,9 +57,15 @@ def end_to_end_text(result: SimulationResult, file_name: str) -> str:
     cells.append(_us0(totals.total_us))
     lines.append(", ".join(cells))
     lines.append(LAYER_HEADER.format(run=RUN_NAME))
-    for templates, times, _ in blocks(result.layers):  # a repeated block's rows are formatted once
-        text = "\n".join(map(_end_to_end_row, templates))
-        lines.extend([text] * times)
+    rows: dict[int, str] = {}  # a row shared by several records, or a repeated block's rows, is formatted once
+    for templates, times, _ in blocks(result.layers):
+        texts = []
+        for layer in templates:
+            text = rows.get(id(layer))
+            if text is None:
+                text = rows[id(layer)] = _end_to_end_row(layer)
+            texts.append(text)
+        lines.extend(["\n".join(texts)] * times)
     lines.append("")
     return "\n".join(lines)
 
@@ -90,8 +96,14 @@ def layers_csv_text(result: SimulationResult) -> str:
     repeated record's row is formatted once and only its index written again."""
     header, *_ = layer_rows(result, header_only=True)
     out = [",".join(header) + "\n"]
+    cache: dict[int, str] = {}
     for templates, times, first in blocks(result.layers):
-        rests = ["".join("," + _csv_cell(v) for v in layer_row(layer)[1:]) + "\n" for layer in templates]
+        rests = []
+        for layer in templates:
+            rest = cache.get(id(layer))
+            if rest is None:
+                rest = cache[id(layer)] = "".join("," + _csv_cell(v) for v in layer_row(layer)[1:]) + "\n"
+            rests.append(rest)
         if first is None:
             out += [f"{layer.index}{rest}" for layer, rest in zip(templates, rests)]
         else:
