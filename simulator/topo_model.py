@@ -38,18 +38,9 @@ from simulator.programs import (
     scripts_from_workloads,
 )
 from simulator.repeat import RepeatedLayers, repeat_sum
-from simulator.result import (
-    CollectiveCost,
-    CollectiveRecord,
-    Interval,
-    LayerResult,
-    LayerTimes,
-    SimulationResult,
-    StageResult,
-    TopoDetails,
-    Totals,
-)
+from simulator.result import CollectiveCost, LayerResult, SimulationResult, Totals
 from simulator.simai_model import report_bandwidths
+from simulator.topo_result import CollectiveRecord, Interval, LayerTimes, StageResult, TopoDetails
 from utils.errors import ConfigError
 from workload_generator.simai_tokens import classify
 

@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import IO
 
 from utils.errors import FormatError
+
+
+def _temporary(directory: str, name: str) -> tuple[int, str]:
+    """A new file ``.<name>.<random>.tmp`` in ``directory``, opened exclusively with mode 0600 (what
+    ``tempfile.mkstemp`` does, without importing tempfile: every command that writes a file pays that
+    import otherwise)."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0)
+    for _ in range(100):
+        tmp = os.path.join(directory, f".{name}.{os.urandom(6).hex()}.tmp")
+        try:
+            return os.open(tmp, flags, 0o600), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name for {name} in {directory}")
 
 
 @contextmanager
@@ -21,7 +34,7 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", newline: str | None =
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
+    fd, tmp = _temporary(directory, os.path.basename(path))
     try:
         kwargs = {} if "b" in mode else {"newline": newline, "encoding": "utf-8"}
         with os.fdopen(fd, mode, **kwargs) as handle:
