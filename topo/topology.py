@@ -503,18 +503,29 @@ def _links_fast(data: np.ndarray, n_links: int, total: int) -> tuple | None:
     (the bytes ``data``), read with array operations: every line exactly 5 whitespace-separated
     fields, decimal ids in ``0 .. total-1``, no self-link, every distinct string parsed; else None.
     ``data`` ends with 32 padding zero bytes (read past a field's end by :func:`_words`)."""
-    padded, data = data, data[:-32]
-    ws = _WHITESPACE[data]
-    # token boundaries: where whitespace turns into text (a start) and back (an end), in one pass
-    edges = np.flatnonzero(ws[1:] != ws[:-1]) + 1
-    if len(data) and not ws[0]:
-        edges = np.concatenate(([0], edges))
-    if len(edges) % 2:
-        edges = np.concatenate((edges, [len(data)]))
-    if len(edges) != 10 * n_links:
-        return None  # not 5 fields per link line (trailing blank lines carry no token and do not count)
-    edges = edges.reshape(n_links, 10)
-    starts, ends = edges[:, 0::2], edges[:, 1::2]
+    padded = data
+    end = len(data) - 32
+    while end and data[end - 1] <= 32:  # trailing blank lines do not count
+        end -= 1
+    data = data[:end]
+    bounds = _single_spaced(data, n_links) if n_links else None
+    if bounds is None:
+        ws = _WHITESPACE[data]
+        # token boundaries: where whitespace turns into text (a start) and back (an end), in one pass
+        change = np.empty(len(data) + 1, dtype=bool)
+        if len(data):
+            change[0] = not ws[0]
+            np.not_equal(ws[1:], ws[:-1], out=change[1:-1])
+            change[-1] = not ws[-1]
+        else:
+            change[0] = False
+        edges = np.flatnonzero(change)
+        del change, ws
+        if len(edges) != 10 * n_links:
+            return None  # not 5 fields per link line
+        edges = edges.reshape(n_links, 10)
+        bounds = edges[:, 0::2], edges[:, 1::2]
+    starts, ends = bounds
     # exactly one line break between two links' fields, none inside a link's
     gaps = starts[:, 1:] - ends[:, :-1]
     between = starts[1:, 0] - ends[:-1, 4]
@@ -565,23 +576,53 @@ def _words(data: np.ndarray, start: np.ndarray, length: np.ndarray, count: int) 
     return out
 
 
+def _single_spaced(data: np.ndarray, n_links: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """Field starts and ends (``n_links x 5`` each) when the fields are separated by single spaces and
+    single line breaks, as the generators write them; None otherwise (the general reader takes over)."""
+    sep = np.flatnonzero(data <= 32)
+    if len(sep) != 5 * n_links - 1 or (len(sep) and (sep[0] == 0 or (np.diff(sep) < 2).any())):
+        return None
+    found = data[sep]
+    breaks = found == 10
+    if not ((found == 32) | breaks).all():
+        return None  # tabs, carriage returns or other whitespace: the general path
+    pattern = np.zeros(5 * n_links, dtype=bool)
+    pattern[4::5] = True
+    if not np.array_equal(breaks, pattern[:-1]):
+        return None
+    starts = np.empty(5 * n_links, dtype=np.int64)
+    ends = np.empty(5 * n_links, dtype=np.int64)
+    starts[0] = 0
+    starts[1:] = sep + 1
+    ends[:-1] = sep
+    ends[-1] = len(data)
+    return starts.reshape(n_links, 5), ends.reshape(n_links, 5)
+
+
+_U = np.uint64
+
+
 def _decimal(data: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray | None:
-    """The non-negative decimal integers ``data[start:end]`` (at most 16 digits, digits only), or None."""
+    """The non-negative decimal integers ``data[start:end]`` (1 to 8 digits, digits only), or None.
+
+    Eight ASCII digits are read at once from a 64-bit little-endian word ("SWAR"): the digits are moved
+    to the word's top bytes, the free low bytes filled with '0', every byte checked to be a digit, then
+    pairs, quads and the eight combined by three multiply-and-shift steps."""
     length = end - start
     if not len(length):
         return np.zeros(0, np.int64)
-    if int(length.max()) > 16:
+    if int(length.min()) < 1 or int(length.max()) > 8:
         return None
-    value = np.zeros(len(start), dtype=np.int64)
-    for word, base in zip(_words(data, start, length, 2), (0, 8)):
-        digits = min(8, int(length.max()) - base)
-        for k in range(max(digits, 0)):
-            inside = length > base + k
-            digit = ((word >> np.uint64(8 * k)) & np.uint64(255)).astype(np.int64) - 48
-            if (inside & ((digit < 0) | (digit > 9))).any():
-                return None
-            value = np.where(inside, value * 10 + digit, value)
-    return value
+    (word,) = _words(data, start, length, 1)
+    shift = ((8 - length) * 8).astype(np.uint64)  # 0 .. 56 bits
+    word = (word << shift) | (((_U(1) << shift) - _U(1)) & _U(0x3030303030303030))
+    if ((((word + _U(0x4646464646464646)) | (word - _U(0x3030303030303030))) & _U(0x8080808080808080)) != 0).any():
+        return None  # a byte outside '0'..'9'
+    word = word - _U(0x3030303030303030)
+    word = ((word * _U(10)) + (word >> _U(8))) & _U(0x00FF00FF00FF00FF)
+    word = ((word * _U(100)) + (word >> _U(16))) & _U(0x0000FFFF0000FFFF)
+    word = (word * _U(10000)) + (word >> _U(32))
+    return (word & _U(0xFFFFFFFF)).astype(np.int64)
 
 
 def _distinct(data: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, tuple[str, ...]] | None:
@@ -592,17 +633,22 @@ def _distinct(data: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.
     longest = int(length.max()) if n else 0
     if longest > 32:
         return None
-    words = np.stack(_words(data, start, length, max(1, -(-longest // 8))), axis=1)
+    count = max(1, -(-longest // 8))
+    parts = _words(data, start, length, count)
     codes = np.full(n, -1, dtype=np.int32)
     firsts: list[int] = []
-    left = np.arange(n)
-    rows = words
-    while len(left) and len(firsts) < 16:  # files hold a handful of distinct rates and latencies
-        same = (rows == rows[0]).all(axis=1)
-        codes[left[same]] = len(firsts)
-        firsts.append(int(left[0]))
-        left, rows = left[~same], rows[~same]
-    if len(left):  # many distinct strings: sort them
+    first = 0
+    while first < n and len(firsts) < 16:  # files hold a handful of distinct rates and latencies
+        same = parts[0] == parts[0][first]
+        for word in parts[1:]:
+            same &= word == word[first]
+        codes[same] = len(firsts)
+        firsts.append(first)
+        first = int(np.argmax(codes < 0)) if (codes < 0).any() else n
+    if first >= n:
+        parts = []
+    if parts:  # many distinct strings: sort them
+        words = np.stack(parts, axis=1)
         _, index, inverse = np.unique(words, axis=0, return_index=True, return_inverse=True)
         order = np.argsort(index, kind="stable")
         rank = np.empty(len(order), dtype=np.int32)
