@@ -89,7 +89,7 @@ class Router:
         u = np.concatenate([s[packet], d[packet]])
         v = np.concatenate([d[packet], s[packet]])
         e = np.concatenate([packet, packet])
-        order = np.lexsort((e, u))
+        order = np.argsort(u * len(s) + e)  # by switch, then by link
         self._nbr, self._edge = v[order], e[order]
         self._ptr = np.concatenate([[0], np.cumsum(np.bincount(u, minlength=topo.node_count))])
         self._cache: dict[tuple[_Attachment, _Attachment], tuple | None] = {}
@@ -97,7 +97,10 @@ class Router:
     def _gpu_csr(self, other_kind: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(other end, link index, per-GPU offsets) of the GPU links to ``other_kind``, by GPU then file order."""
         gpu, other, idx = self.topo._gpu_links(other_kind)
-        order = np.argsort(gpu, kind="stable")
+        if len(gpu) > 1 and (gpu[1:] >= gpu[:-1]).all():  # generated files list each GPU's links together
+            order = np.arange(len(gpu))
+        else:
+            order = np.argsort(gpu, kind="stable")
         ptr = np.concatenate([[0], np.cumsum(np.bincount(gpu, minlength=self.topo.gpu_count))])
         return other[order], idx[order], ptr
 

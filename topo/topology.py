@@ -293,9 +293,14 @@ class Topology:
     def dual_tor(self) -> bool:
         """True when every GPU's NIC ports reach two or more distinct ASWs (SimAI's dual ToR)."""
         gpu, sw, _ = self._gpu_links(PACKET_SWITCH)
-        pairs = np.unique(gpu * self.node_count + sw)
-        distinct = np.bincount(pairs // self.node_count, minlength=self.gpu_count)[: self.gpu_count]
-        return bool(self.gpu_count) and bool((distinct >= 2).all())
+        if not self.gpu_count or not len(gpu):
+            return False
+        # two distinct switches per GPU: its lowest and highest switch differ
+        lo = np.full(self.gpu_count, self.node_count, dtype=np.int64)
+        hi = np.full(self.gpu_count, -1, dtype=np.int64)
+        np.minimum.at(lo, gpu, sw)
+        np.maximum.at(hi, gpu, sw)
+        return bool((hi > lo).all())
 
     @cached_property
     def planes(self) -> int:
