@@ -342,7 +342,7 @@ class _Counters:
 
 
 def _item_op(item, phase: str, hook: ComputeHook, counters: _Counters, tp_comm_overlap: bool) -> Op | None:
-    ctype = item.comm_type.value
+    ctype = item.comm_type._value_  # .value, without the enum property's lookup (a hot path)
     layer = _layer_key(item)
     meta = item.meta or {}
     name = item.stage + (f" {meta['name']}" if meta.get("name") else "")
@@ -357,7 +357,7 @@ def _item_op(item, phase: str, hook: ComputeHook, counters: _Counters, tp_comm_o
         return Op(COMPUTE, name, layer, phase, float(time_ns))
     if ctype in ("epoch_end", "barrier", "isend", "irecv"):
         return None
-    group = item.comm_group.value if item.comm_group is not None else "all_nodes"
+    group = item.comm_group._value_ if item.comm_group is not None else "all_nodes"
     op = Op(COMM, f"{ctype} {group} {name}", layer, phase, 0.0, ctype, group, int(item.msg_size or 0))
     if item.stage.startswith("backward.overlap_grad_reduce"):
         op.kind = GRAD
@@ -442,7 +442,7 @@ def _build_step(kind: str, items: list, build: _Build) -> _Built:
             continue
         built.grad = built.grad or op.kind == GRAD
         program.ops.append(op)
-    built.work = sum(i.flops for i in items if i.flops and i.comm_type.value == "computation"
+    built.work = sum(i.flops for i in items if i.flops and i.comm_type._value_ == "computation"
                      and not i.stage.startswith("recompute"))
     return built
 

@@ -523,24 +523,32 @@ class TopoModel:
         simai = self.simai is not None
 
         shifts = script.record_shift
+        laid_out: dict[tuple[int, int], list[tuple]] = {}
 
-        def ops_of(step_index: int):
+        def ops_of(step_index: int) -> list[tuple]:
+            """(op index, op, seconds, key) of a step's program (keys shifted to its records), once per
+            program and shift."""
             program = script.programs[step_index]
             shift = shifts[step_index] if shifts is not None else 0
-            for op_index, (op, d) in enumerate(zip(program.ops, table[id(program)].durations)):
-                column = op.phase if op.phase in ("fwd", "ig", "wg") else ("fwd" if program.kind == "F" else "ig")
-                yield op_index, op, d, (op.record + shift if simai else script.layer(op.layer), column)
+            found = laid_out.get((id(program), shift))
+            if found is None:
+                found = laid_out[(id(program), shift)] = [
+                    (op_index, op, d, (op.record + shift if simai else script.layer(op.layer),
+                                       op.phase if op.phase in ("fwd", "ig", "wg") else ("fwd" if program.kind == "F" else "ig")))
+                    for op_index, (op, d) in enumerate(zip(program.ops, table[id(program)].durations))]
+            return found
 
         def play(runs) -> None:
             for _start, step_index, _mb, _chunk in runs:
                 for op_index, op, d, key in ops_of(step_index):
-                    if op.kind == COMPUTE:
+                    kind = op.kind
+                    if kind == COMPUTE:
                         compute[key] += d
                         continue
-                    if op.kind == GRAD:
+                    if kind == GRAD:
                         exposed = exposure.get((step_index, op_index), 0.0)
                         key = (key[0], "wg")
-                    elif op.kind in (COMM, SYNC):
+                    elif kind == COMM or kind == SYNC:
                         exposed = d
                     else:
                         exposed = 0.0

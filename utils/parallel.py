@@ -158,15 +158,23 @@ class ParallelConfig:
         return self.vpp_layers is not None or self.virtual_stages is not None
 
     def rank_generator(self) -> RankGenerator:
-        """Megatron's process groups for this layout (order ``tp-cp-ep-dp-pp``)."""
-        return RankGenerator(tp=self.tp, ep=self.ep if self.expert_tp == self.tp else 1, dp=self.dp, pp=self.pp,
-                             cp=self.cp)
+        """Megatron's process groups for this layout (order ``tp-cp-ep-dp-pp``; one object per layout,
+        which keeps the groups it has built)."""
+        found = self.__dict__.get("_rank_generator")
+        if found is None:
+            found = self.__dict__["_rank_generator"] = RankGenerator(
+                tp=self.tp, ep=self.ep if self.expert_tp == self.tp else 1, dp=self.dp, pp=self.pp, cp=self.cp)
+        return found
 
     def expert_rank_generator(self) -> RankGenerator:
         """The expert layout (Megatron core >= 0.10): the ``tp * cp * dp`` ranks of a stage regrouped
         as expert-tp x ep x expert-dp, tp fastest.  With ``etp == tp`` and ``cp == 1`` its groups equal
         the expert view of :meth:`rank_generator`."""
-        return RankGenerator(tp=self.expert_tp, ep=self.ep, dp=self.expert_dp * self.ep, pp=self.pp)
+        found = self.__dict__.get("_expert_rank_generator")
+        if found is None:
+            found = self.__dict__["_expert_rank_generator"] = RankGenerator(
+                tp=self.expert_tp, ep=self.ep, dp=self.expert_dp * self.ep, pp=self.pp)
+        return found
 
     _GROUP_TOKENS = {"tp_group": (False, "tp"), "dp_group": (False, "dp"), "pp_group": (False, "pp"),
                      "mp_group": (False, "tp-pp"), "ep_group": (True, "ep"), "ep_dp_group": (True, "edp"),
@@ -256,6 +264,12 @@ class ParallelConfig:
         (loss) counted in the split, the first (last) virtual stage builds one layer fewer.  Raises
         :class:`ConfigError` when the layers cannot be split as asked.
         """
+        cache = self.__dict__.setdefault("_stage_layers_cache", {})
+        if num_layers not in cache:
+            cache[num_layers] = self._virtual_stage_layers(num_layers)
+        return list(cache[num_layers])
+
+    def _virtual_stage_layers(self, num_layers: int) -> list[int]:
         first, middle, last = self._stage_split(num_layers)
         v = self.chunks(num_layers)
         per_rank = [middle] * self.pp
