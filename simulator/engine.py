@@ -148,8 +148,13 @@ def compile_program(program: Program, durations: Sequence[float], contention: fl
 class Repeat:
     """``times`` more copies of one steady 1F1B cycle that the engine did not play (see :func:`run`):
     the cycle's entries are ``runs[runs_span[0]:runs_span[1]]`` (and likewise ``extra`` and
-    ``grad_instances``), each copy ``period_s`` later, ``steps`` schedule steps and one micro-batch
-    further; every entry after the span is already where the unrolled run has it."""
+    ``grad_instances``), each copy ``period_s`` later and one micro-batch further.
+
+    Skipped (the schedule holds the copies): each copy is ``steps`` schedule steps further, and every
+    entry after the span is already where the unrolled run has it.  Inserted (``inserted``: the schedule
+    was shortened by ``times`` cycles, :func:`run`'s ``insert``): the copies run the span's steps again
+    (``steps`` is then the cycle's length, ``first_step`` its first step), and the entries after the span
+    are ``times`` micro-batches further than their steps say."""
 
     times: int
     period_s: float
@@ -157,6 +162,13 @@ class Repeat:
     runs_span: tuple[int, int]
     extra_span: tuple[int, int]
     grads_span: tuple[int, int]
+    inserted: bool = False
+    first_step: int = 0
+
+    @property
+    def step_shift(self) -> int:
+        """Schedule steps between two copies' entries (0 when inserted: they share the span's steps)."""
+        return 0 if self.inserted else self.steps
 
 
 @dataclass
@@ -182,34 +194,40 @@ class StageTimes:
     """Steady cycles extrapolated instead of played: :meth:`all_runs` and the others include them."""
 
     def all_runs(self) -> list[tuple[float, int, int, int]]:
-        """Every F/B step of the iteration, the extrapolated cycles included."""
-        return self._expand(self.runs, "runs_span", lambda e, k, r: (e[0] + k * r.period_s, e[1] + k * r.steps,
-                                                                     e[2] + k, e[3]))
+        """Every F/B step of the iteration, the extrapolated cycles included: (start, step index,
+        micro-batch, chunk); inserted cycles' steps are the span's (see :class:`Repeat`)."""
+        after = self.repeat.times if self.repeat is not None and self.repeat.inserted else 0
+        return self._expand(self.runs, "runs_span",
+                            lambda e, k, r: (e[0] + k * r.period_s, e[1] + k * r.step_shift, e[2] + k, e[3]),
+                            lambda e: (e[0], e[1], e[2] + after, e[3]) if after else e)
 
     def all_extra(self) -> list[tuple]:
         return self._expand(self.extra, "extra_span", lambda e, k, r: (e[0], e[1] + k * r.period_s, *e[2:]))
 
     def all_grad_instances(self) -> list[tuple[float, float, str, int, int]]:
         return self._expand(self.grad_instances, "grads_span",
-                            lambda e, k, r: (e[0] + k * r.period_s, e[1] + k * r.period_s, e[2], e[3] + k * r.steps, e[4]))
+                            lambda e, k, r: (e[0] + k * r.period_s, e[1] + k * r.period_s, e[2], e[3] + k * r.step_shift,
+                                             e[4]))
 
-    def _expand(self, entries: list, span: str, shift: Callable[[Any, int, Repeat], Any]) -> list:
+    def _expand(self, entries: list, span: str, shift: Callable[[Any, int, Repeat], Any],
+                after: Callable[[Any], Any] | None = None) -> list:
         r = self.repeat
         if r is None:
             return list(entries)
         lo, hi = getattr(r, span)
-        if lo == hi:
-            return list(entries)
         out = entries[:hi]
-        for k in range(1, r.times + 1):
-            out += [shift(e, k, r) for e in entries[lo:hi]]
-        return out + entries[hi:]
+        if lo < hi:
+            for k in range(1, r.times + 1):
+                out += [shift(e, k, r) for e in entries[lo:hi]]
+        return out + (list(map(after, entries[hi:])) if after is not None else entries[hi:])
 
 
 @dataclass
 class EngineResult:
     iteration_s: float
     stages: list[StageTimes]
+    inserted: bool = False
+    """Whether the ``insert`` cycles :func:`run` was asked for were added."""
 
 
 class Deadlock(RuntimeError):
@@ -285,7 +303,8 @@ def _marks(script: StageScript) -> list[tuple]:
 
 
 def run(scripts: Sequence[StageScript], compiled: Sequence[dict[int, CompiledProgram]], p2p_time: P2PCost,
-        step_time: StepCost, sync_members: Callable[[str], Sequence[int]], extrapolate: bool = True) -> EngineResult:
+        step_time: StepCost, sync_members: Callable[[str], Sequence[int]], extrapolate: bool = True,
+        insert: int = 0) -> EngineResult:
     """Play the scripts.  ``compiled[s][id(program)]`` is stage s's compiled program; ``sync_members``
     gives the stages of a cross-stage group.  Raises :class:`Deadlock` if no stage can move.
 
@@ -296,7 +315,13 @@ def run(scripts: Sequence[StageScript], compiled: Sequence[dict[int, CompiledPro
     after ``k`` more cycles is this one shifted by ``k`` periods (the schedule's times are maxima and sums
     of the same durations), so the engine adds ``k`` periods and ``k`` cycles' compute and exposed time
     instead of playing them (:class:`Repeat` records them).  Results equal the unrolled play's to float
-    rounding (well under a microsecond); ``extrapolate=False`` plays every step."""
+    rounding (well under a microsecond); ``extrapolate=False`` plays every step.
+
+    ``insert`` (> 0): the scripts' schedules are ``insert`` steady cycles shorter than the iteration (a
+    job's middle micro-batches all run the same programs, so the builder made only a few of them); the
+    engine adds those cycles at the first repeating cycle, without a step of the schedule for them, and
+    :attr:`EngineResult.inserted` says whether it could (when no cycle repeated, the caller plays the
+    whole schedule instead)."""
     pp = len(scripts)
     times = [StageTimes(s) for s in range(pp)]
     clock = [0.0] * pp
@@ -447,9 +472,10 @@ def run(scripts: Sequence[StageScript], compiled: Sequence[dict[int, CompiledPro
         play()
         return all(pos[s] == targets[s] for s in range(pp)) and not any(channels.values())
 
-    cycles = _steady_cycles(scripts) if extrapolate else None
+    cycles = _steady_cycles(scripts) if extrapolate or insert else None
+    inserted = False
     if cycles is not None:
-        _extrapolate(scripts, cycles, times, clock, grad_free, pos, play_to)
+        inserted = _extrapolate(scripts, cycles, times, clock, grad_free, pos, play_to, insert)
         stop[:] = [-1] * pp
         todo.clear()
         queued.clear()
@@ -460,14 +486,16 @@ def run(scripts: Sequence[StageScript], compiled: Sequence[dict[int, CompiledPro
         stuck = [s for s in range(pp) if not done[s]]
         raise Deadlock(f"pipeline stages {stuck} wait on each other (steps {[pos[s] for s in stuck]})")
     iteration = max(t.end_s for t in times) if times else 0.0
-    return EngineResult(iteration, times)
+    return EngineResult(iteration, times, inserted)
 
 
 def _extrapolate(scripts: Sequence[StageScript], cycles: list[tuple[list[int], int]], times: list[StageTimes],
-                 clock: list[float], grad_free: list[float], pos: list[int], play_to: Callable[[list[int]], bool]) -> None:
+                 clock: list[float], grad_free: list[float], pos: list[int], play_to: Callable[[list[int]], bool],
+                 insert: int = 0) -> bool:
     """Play from one steady cycle's start to the next on every stage until a cycle moves every stage by
     the same period (see :func:`run`), then jump over the following cycles that run its programs,
-    stopping at a cycle start the engine then plays on from."""
+    stopping at a cycle start the engine then plays on from; or, with ``insert``, add that many copies of
+    the cycle there.  Returns whether the copies were inserted."""
     shared = min(len(starts) for starts, _ in cycles)  # cycle starts every stage has (stage 0's)
     marks = [_marks(script) for script in scripts]
 
@@ -481,20 +509,27 @@ def _extrapolate(scripts: Sequence[StageScript], cycles: list[tuple[list[int], i
                                                 len(t.grad_instances)) for t in times])
 
     if shared < 3 or not play_to([starts[0] for starts, _ in cycles]):
-        return
+        return False
     previous = snapshot()
     for c in range(1, shared - 1):
         if not play_to([starts[c] for starts, _ in cycles]):
-            return
+            return False
         state = snapshot()
         period = _period(previous, state)
         if period is not None and same(c):
+            if insert:
+                if any(len(t.grad_instances) != stats[5] for t, stats in zip(times, previous[2])):
+                    return False  # gradient buckets in the cycle: their instances would share steps
+                _jump(times, clock, grad_free, pos, cycles, previous, period, insert, inserted=True,
+                      first=[starts[c - 1] for starts, _ in cycles])
+                return True
             skip = 0
             while c + skip < shared - 1 and same(c + skip):
                 skip += 1
             _jump(times, clock, grad_free, pos, cycles, previous, period, skip)
-            return
+            return False
         previous = state
+    return False
 
 
 def _period(before: tuple, after: tuple) -> float | None:
@@ -514,9 +549,11 @@ def _period(before: tuple, after: tuple) -> float | None:
 
 
 def _jump(times: list[StageTimes], clock: list[float], grad_free: list[float], pos: list[int],
-          cycles: list[tuple[list[int], int]], before: tuple, period: float, skip: int) -> None:
+          cycles: list[tuple[list[int], int]], before: tuple, period: float, skip: int, inserted: bool = False,
+          first: list[int] | None = None) -> None:
     """Add ``skip`` more of the cycle played since the snapshot ``before`` to every stage: its period to
-    the clocks (and to the gradient streams that ran), its steps to the positions, its sums to the sums."""
+    the clocks (and to the gradient streams that ran), its steps to the positions (not when ``inserted``:
+    the schedule has no steps for them), its sums to the sums."""
     _, grads0, stats0 = before
     for s, t in enumerate(times):
         compute0, exposed0, comm0, runs0, extra0, grads_seen0 = stats0[s]
@@ -530,9 +567,10 @@ def _jump(times: list[StageTimes], clock: list[float], grad_free: list[float], p
         clock[s] += skip * period
         t.backward_end_s += skip * period
         length = cycles[s][1]
-        pos[s] += skip * length
+        if not inserted:
+            pos[s] += skip * length
         t.repeat = Repeat(skip, period, length, (runs0, len(t.runs)), (extra0, len(t.extra)),
-                          (grads_seen0, len(t.grad_instances)))
+                          (grads_seen0, len(t.grad_instances)), inserted, first[s] if first else 0)
 
 
 def bubble_s(stage: StageTimes, iteration_s: float) -> float:

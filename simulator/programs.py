@@ -79,10 +79,12 @@ class Op:
 
 @dataclass
 class Program:
-    """The ops of one forward (``F``) or backward (``B``) step, or of the step after the schedule."""
+    """The ops of one forward (``F``) or backward (``B``) step, or of the step after the schedule;
+    ``work`` its model FLOPs (recomputation excluded)."""
 
     kind: str
     ops: list[Op] = field(default_factory=list)
+    work: float = 0.0
 
 
 @dataclass
@@ -124,6 +126,8 @@ class Scripts:
     source: str
     layout: dict[str, int]
     warnings: list[str] = field(default_factory=list)
+    insert: int = 0
+    """Steady 1F1B cycles the schedules leave out for the engine to insert (a job's middle micro-batches)."""
 
 
 # ---- SimAI workload files --------------------------------------------------------------------------
@@ -442,8 +446,8 @@ def _build_step(kind: str, items: list, build: _Build) -> _Built:
             continue
         built.grad = built.grad or op.kind == GRAD
         program.ops.append(op)
-    built.work = sum(i.flops for i in items if i.flops and i.comm_type._value_ == "computation"
-                     and not i.stage.startswith("recompute"))
+    built.work = program.work = sum(i.flops for i in items if i.flops and i.comm_type._value_ == "computation"
+                                    and not i.stage.startswith("recompute"))
     return built
 
 

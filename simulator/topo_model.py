@@ -121,15 +121,17 @@ def nvlink_efficiency(gpu_type: str | None) -> float:
     return gpu_spec(gpu_type).nvlink_efficiency if known_gpu(gpu_type) else NVLINK_EFFICIENCY
 
 
-def load_scripts(workload: Any, options: TopoOptions, prices: dict | None = None) -> tuple[Scripts, Any, int, str, Any]:
+def load_scripts(workload: Any, options: TopoOptions, prices: dict | None = None,
+                 shorten: bool = True) -> tuple[Scripts, Any, int, str, Any]:
     """(scripts, job or None, gpus, workload path, the SimAI workload or None) from any accepted input:
     a :class:`SimAIWorkload`, a path to one, a ``JobConfig``, or a list of per-stage Workloads.
-    ``prices``: the compute model's prices a session keeps across jobs."""
+    ``prices``: the compute model's prices a session keeps across jobs; ``shorten``: a job's long 1F1B
+    schedule may be built short of its middle cycles (see :data:`SHORT_CYCLES`)."""
     from utils.config import JobConfig
     from workload_generator.simai import SimAIWorkload
 
     if isinstance(workload, JobConfig):
-        return _job_scripts(workload, options, prices)
+        return _job_scripts(workload, options, prices, shorten)
     if isinstance(workload, (list, tuple)):
         if not workload:
             raise ConfigError("no workloads given (expected one per pipeline stage)")
@@ -160,7 +162,8 @@ def load_scripts(workload: Any, options: TopoOptions, prices: dict | None = None
     return scripts, None, gpus, workload.path, workload
 
 
-def _job_scripts(job: Any, options: TopoOptions, prices: dict | None = None) -> tuple[Scripts, Any, int, str, None]:
+def _job_scripts(job: Any, options: TopoOptions, prices: dict | None = None,
+                 shorten: bool = True) -> tuple[Scripts, Any, int, str, None]:
     """Scripts of every pipeline stage of a Megatron job, straight from its generators; computation
     times from ``options.compute_time_ns``, else from the job's compute source (the compute model for
     its ``gpu_type``, its ``comp_filepath``, or AIOB with ``aiob_enable``).
@@ -187,6 +190,14 @@ def _job_scripts(job: Any, options: TopoOptions, prices: dict | None = None) -> 
     gpus = job.parallel.world_size
     if options.gpus is not None and options.gpus != gpus:
         raise ConfigError(f"-g {options.gpus} differs from the job's --world_size {gpus}")
+    full_job, insert = job, 0
+    p = job.parallel
+    if shorten and p.pp > 1 and not p.interleaved and p.ga > p.pp + SHORT_CYCLES:
+        # the middle micro-batches run the same programs: build pp + SHORT_CYCLES of them, and the engine
+        # inserts the others once a cycle repeats
+        short = p.pp + SHORT_CYCLES
+        insert = p.ga - short
+        job = replace(job, parallel=replace(p, global_batch=p.global_batch // p.ga * short))
     gens = stage_generators(job, generator_for)
     hook = options.compute_time_ns
     warnings: list[str] = []
@@ -199,8 +210,10 @@ def _job_scripts(job: Any, options: TopoOptions, prices: dict | None = None) -> 
         warnings.append(report.summary())
     scripts = scripts_from_generators(gens, job, hook, options.overlap_grad_reduce, job.training.tp_comm_overlap)
     scripts.warnings[:0] = [w for w in warnings if "no time for" in w]
-    p = job.parallel
-    return scripts, job, gpus, f"{job.model.name} tp{p.tp} pp{p.pp} dp{p.dp}", None
+    scripts.insert = insert
+    scripts.layout["ga"] = full_job.parallel.ga
+    p = full_job.parallel
+    return scripts, full_job, gpus, f"{full_job.model.name} tp{p.tp} pp{p.pp} dp{p.dp}", None
 
 
 def stage_generators(job: Any, make: Callable[[Any, int], Any]) -> list:
@@ -249,6 +262,16 @@ def _distinct_items(generators: Sequence, job: Any = None) -> list:
             for item in rest:
                 seen.setdefault(id(item), item)
     return list(seen.values())
+
+
+class NoPeriod(Exception):
+    """A shortened schedule (:data:`SHORT_CYCLES`) reached no repeating steady cycle to insert the rest at."""
+
+
+SHORT_CYCLES = 6
+"""Steady 1F1B cycles the first stage plays when a job's schedule is shortened: a job's micro-batches
+between the first and the last run the same programs, so :func:`_job_scripts` builds ``pp + 6`` of them
+and the engine inserts the others once a cycle repeats (:func:`simulator.engine.run`'s ``insert``)."""
 
 
 class TopoModel:
@@ -368,13 +391,29 @@ class TopoModel:
         def members_of(group: str) -> Sequence[int]:
             return [0, self.pp - 1] if group == "embedding_group" else range(self.pp)
 
-        played = engine.run(scripts, compiled, lambda s, op, size: self.p2p(s, op, size)[0].time_s, self.op_time, members_of)
+        insert = self.scripts.insert
+        played = engine.run(scripts, compiled, lambda s, op, size: self.p2p(s, op, size)[0].time_s, self.op_time, members_of,
+                            insert=insert)
+        if insert and not played.inserted:
+            raise NoPeriod
+        flops = [script.flops for script in scripts]
+        extra_steps: list[Counter] = [Counter() for _ in scripts]
+        if insert:  # the schedules are short of `insert` steady cycles: count them in
+            for i, (script, t) in enumerate(zip(scripts, played.stages)):
+                r = t.repeat
+                cycle = range(r.first_step, r.first_step + r.steps)
+                for k in cycle:
+                    program = script.programs[k]
+                    if program is not None:
+                        occurrences[i][id(program)] += r.times
+                        if flops[i] is not None:
+                            flops[i] += r.times * program.work
+                    extra_steps[i][k] = r.times
         iteration_s = played.iteration_s
-        stages = [self._stage_result(t, played.iteration_s, scripts[t.stage].flops) for t in played.stages]
+        stages = [self._stage_result(t, played.iteration_s, flops[t.stage]) for t in played.stages]
         reported = min(range(len(stages)), key=lambda s: (stages[s].bubble_us, s))
         layer_times = self._layer_times(scripts, compiled, occurrences, played)
-        collectives = self._collectives(scripts, occurrences)
-        flops = [script.flops for script in scripts]
+        collectives = self._collectives(scripts, occurrences, extra_steps)
         peak = peak_tflops(self.options, self.fabric.gpu_type)
         model_flops = None
         mfu = None
@@ -460,7 +499,9 @@ class TopoModel:
                 rows.append(LayerTimes(script.stage, layer, f * 1e6, b * 1e6, comm * 1e6, exposed * 1e6))
         return rows
 
-    def _collectives(self, scripts, occurrences) -> list[CollectiveRecord]:
+    def _collectives(self, scripts, occurrences, extra_steps=None) -> list[CollectiveRecord]:
+        """Every distinct collective with its count per iteration (``extra_steps[stage]``: step index ->
+        how many more times the step runs than the schedule lists, for inserted cycles)."""
         counts: dict[tuple, list] = {}
         programs: dict[int, Any] = {}
         for script, occ in zip(scripts, occurrences):
@@ -477,7 +518,10 @@ class TopoModel:
                     entry[1] += n * k
                     entry[2].add(script.stage)
             steps = dict(zip(map(id, script.steps), script.steps))
-            for (step_id, sizes), n in Counter(zip(map(id, script.steps), script.p2p_sizes)).items():
+            p2p_counts = Counter(zip(map(id, script.steps), script.p2p_sizes))
+            for k, times in (extra_steps[script.stage] if extra_steps else {}).items():
+                p2p_counts[(id(script.steps[k]), script.p2p_sizes[k])] += times
+            for (step_id, sizes), n in p2p_counts.items():
                 if sizes is None:
                     continue
                 for op, size in zip(steps[step_id].ops, sizes):
@@ -570,7 +614,8 @@ class TopoModel:
                     if op.kind == COMPUTE:
                         addends[key].append(d)
                     elif op.kind == GRAD:
-                        exposed = sum(exposure.get((step_index + k * r.steps, op_index), 0.0) for k in range(1, r.times + 1))
+                        exposed = sum(exposure.get((step_index + k * r.step_shift, op_index), 0.0)
+                                      for k in range(1, r.times + 1))
                         comms[(key[0], "wg")].append((d * r.times, exposed, op, r.times))
                     else:
                         comms[key].append((d * r.times, d * r.times if op.kind in (COMM, SYNC) else 0.0, op, r.times))
@@ -790,8 +835,10 @@ def trace_intervals(scripts, compiled, played: engine.EngineResult) -> list[Inte
         for g_start, g_end, cat, step_index, op_index in t.all_grad_instances():
             op = script.programs[step_index].ops[op_index]
             if g_end > g_start:
+                r = t.repeat
+                later = r.times if r is not None and r.inserted and step_index >= r.first_step + r.steps else 0
                 out.append(Interval(s, "grad sync", g_start, g_end - g_start, cat, script.rename(op.name),
-                                    script.layer(op.layer), script.steps[step_index].microbatch))
+                                    script.layer(op.layer), script.steps[step_index].microbatch + later))
     return out
 
 
@@ -805,7 +852,11 @@ def run_topo(workload: Any, topology: Any, options: TopoOptions | None, caches: 
     caches = caches if caches is not None else {}
     scripts, job, gpus, path, simai = load_scripts(workload, options, caches.get("prices"))
     fabric, links, notes = build_fabric(topology, options, gpus, caches.get("fabrics"))
-    return TopoModel(scripts, fabric, links, options, path, simai, notes, job, caches.get("costs")).run()
+    try:
+        return TopoModel(scripts, fabric, links, options, path, simai, notes, job, caches.get("costs")).run()
+    except NoPeriod:  # the shortened schedule never settled into a repeating cycle: play the whole one
+        scripts, job, gpus, path, simai = load_scripts(workload, options, caches.get("prices"), shorten=False)
+        return TopoModel(scripts, fabric, links, options, path, simai, notes, job, caches.get("costs")).run()
 
 
 __all__ = ["TopoModel", "run_topo", "build_fabric", "load_scripts", "peak_tflops"]
