@@ -22,7 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-DEFAULT_WORKLOAD = ROOT.parent / "shared" / "examples" / "simai_workload_analytical.txt"
+DEFAULT_WORKLOAD = ROOT / "tests" / "data" / "examples" / "simai_workload_analytical.txt"
 FLAGS = ["-g", "9216", "-g_p_s", "8", "-n_p_s", "8", "-nv", "360", "-nic", "48.5"]
 
 

@@ -15,6 +15,10 @@ topology or :class:`TopoOptions` is given, else ``simai``.  The old call ``simul
 options, model=...)`` still works.
 
 Models plug in through :data:`MODELS` (name -> runner taking the workload, the topology and the options).
+
+For sweeps, :class:`TopoSession` keeps a topology and everything derived from it (placement, routes,
+group shapes, collective costs, compute prices) across calls: ``TopoSession(topology).simulate(job,
+options)`` returns what ``simulate(job, topology, options)`` does, without redoing the per-topology work.
 """
 
 from __future__ import annotations
@@ -48,6 +52,14 @@ def _run_topo(workload: Any, topology: Any, options: Any) -> SimulationResult:
     from simulator.topo_model import run_topo
 
     return run_topo(workload, topology, options)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "TopoSession":  # imported on use: simulator.session pulls in nothing heavy, but only sweeps need it
+        from simulator.session import TopoSession
+
+        return TopoSession
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 MODELS: dict[str, Callable[[Any, Any, Any], SimulationResult]] = {"simai": _run_simai, "topo": _run_topo}

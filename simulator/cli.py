@@ -43,8 +43,9 @@ JOB_SKIP = ("output", "output_dir", "workload_only", "enable_visual", "pp_rank",
 """Generator flags that mean nothing to a simulation of the whole job."""
 
 
-def build_parser() -> CliParser:
-    """The argument parser (SimAI-analytical's flag names, then the generators' job flags)."""
+def build_parser(job_flags: bool = True) -> CliParser:
+    """The argument parser (SimAI-analytical's flag names, then the generators' job flags unless
+    ``job_flags`` is False)."""
     p = CliParser(prog=PROG, allow_abbrev=False,
                   description="Simulate one training iteration of a SimAI workload, or of the whole job the "
                               "generators' flags describe (times in microseconds).")
@@ -112,8 +113,21 @@ def build_parser() -> CliParser:
                    help="print one JSON object on the last line of stdout (iteration_s, compute_s, exposed_comm_s, "
                         "bubble_s, tflops_per_gpu, mfu, ...)")
     p.add_argument("-q", "--quiet", action="store_true", help="do not print the summary")
-    p.set_defaults(job_flags=frozenset(add_job_flags(p, JOB_GROUPS, JOB_SKIP)))
+    p.set_defaults(job_flags=frozenset(add_job_flags(p, JOB_GROUPS, JOB_SKIP) if job_flags else ()))
     return p
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The parsed flags.  A SimAI file's run (``-w`` without job flags) is parsed without building the
+    job flags (a hundred options and the configuration modules behind their choices): the same
+    namespace, as those flags are then absent; anything else goes through the whole parser."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if any(a in ("-w", "--workload") or a.startswith("--workload=") for a in argv) and not any(
+            a in ("-h", "--help") for a in argv):
+        args, rest = build_parser(job_flags=False).parse_known_args(argv)
+        if not rest:
+            return args
+    return build_parser().parse_args(argv)
 
 
 SIMAI_ONLY = (("dp_overlap", "-dp_o", 0.0), ("tp_overlap", "-tp_o", 0.0), ("ep_overlap", "-ep_o", 0.0),
@@ -284,7 +298,7 @@ def _ns3_spellings(args: argparse.Namespace) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse flags, simulate, write the result files, print the summary.  Returns the exit status."""
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     # Heavy imports after the flags are known to be well-formed.
     from simulator import inference, report
 

@@ -30,9 +30,9 @@ from __future__ import annotations
 from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from simulator.programs import ASYNC, COMM, COMPUTE, GRAD, GRAD_WAIT, GROUP_CATEGORY, SYNC, Program, StageScript
-from simulator.result import Interval
 
 CATEGORIES = ("TP", "EP", "DP", "DP_EP", "PP", "other")
 """Exposed-comm terms a stage's time is booked to (besides compute and bubble)."""
@@ -145,6 +145,33 @@ def compile_program(program: Program, durations: Sequence[float], contention: fl
 
 
 @dataclass
+class Repeat:
+    """``times`` more copies of one steady 1F1B cycle that the engine did not play (see :func:`run`):
+    the cycle's entries are ``runs[runs_span[0]:runs_span[1]]`` (and likewise ``extra`` and
+    ``grad_instances``), each copy ``period_s`` later and one micro-batch further.
+
+    Skipped (the schedule holds the copies): each copy is ``steps`` schedule steps further, and every
+    entry after the span is already where the unrolled run has it.  Inserted (``inserted``: the schedule
+    was shortened by ``times`` cycles, :func:`run`'s ``insert``): the copies run the span's steps again
+    (``steps`` is then the cycle's length, ``first_step`` its first step), and the entries after the span
+    are ``times`` micro-batches further than their steps say."""
+
+    times: int
+    period_s: float
+    steps: int
+    runs_span: tuple[int, int]
+    extra_span: tuple[int, int]
+    grads_span: tuple[int, int]
+    inserted: bool = False
+    first_step: int = 0
+
+    @property
+    def step_shift(self) -> int:
+        """Schedule steps between two copies' entries (0 when inserted: they share the span's steps)."""
+        return 0 if self.inserted else self.steps
+
+
+@dataclass
 class StageTimes:
     """What one stage did (seconds): compute, exposed comm per category, PP transfer time on its
     critical path, when it finished, its gradient buckets' exposed time per category."""
@@ -158,17 +185,49 @@ class StageTimes:
     grad_wait_s: float | None = None
     """When the step program started waiting for the gradient-sync stream (None: it did not)."""
     runs: list[tuple[float, int, int, int]] = field(default_factory=list)
-    """(start, step index, micro-batch, chunk) of every F/B step."""
-    extra: list[Interval] = field(default_factory=list)
-    """P2P calls, gradient buckets and step-program ops."""
+    """(start, step index, micro-batch, chunk) of every F/B step the engine played (see ``repeat``)."""
+    extra: list[tuple] = field(default_factory=list)
+    """(stream, start, duration, category, name, layer) of P2P calls and step-program ops."""
     grad_instances: list[tuple[float, float, str, int, int]] = field(default_factory=list)
-    """(start, end, category, step index, op index) of every gradient bucket reduction."""
+    """(start, end, category, step index, op index) of every gradient bucket reduction played."""
+    repeat: Repeat | None = None
+    """Steady cycles extrapolated instead of played: :meth:`all_runs` and the others include them."""
+
+    def all_runs(self) -> list[tuple[float, int, int, int]]:
+        """Every F/B step of the iteration, the extrapolated cycles included: (start, step index,
+        micro-batch, chunk); inserted cycles' steps are the span's (see :class:`Repeat`)."""
+        after = self.repeat.times if self.repeat is not None and self.repeat.inserted else 0
+        return self._expand(self.runs, "runs_span",
+                            lambda e, k, r: (e[0] + k * r.period_s, e[1] + k * r.step_shift, e[2] + k, e[3]),
+                            lambda e: (e[0], e[1], e[2] + after, e[3]) if after else e)
+
+    def all_extra(self) -> list[tuple]:
+        return self._expand(self.extra, "extra_span", lambda e, k, r: (e[0], e[1] + k * r.period_s, *e[2:]))
+
+    def all_grad_instances(self) -> list[tuple[float, float, str, int, int]]:
+        return self._expand(self.grad_instances, "grads_span",
+                            lambda e, k, r: (e[0] + k * r.period_s, e[1] + k * r.period_s, e[2], e[3] + k * r.step_shift,
+                                             e[4]))
+
+    def _expand(self, entries: list, span: str, shift: Callable[[Any, int, Repeat], Any],
+                after: Callable[[Any], Any] | None = None) -> list:
+        r = self.repeat
+        if r is None:
+            return list(entries)
+        lo, hi = getattr(r, span)
+        out = entries[:hi]
+        if lo < hi:
+            for k in range(1, r.times + 1):
+                out += [shift(e, k, r) for e in entries[lo:hi]]
+        return out + (list(map(after, entries[hi:])) if after is not None else entries[hi:])
 
 
 @dataclass
 class EngineResult:
     iteration_s: float
     stages: list[StageTimes]
+    inserted: bool = False
+    """Whether the ``insert`` cycles :func:`run` was asked for were added."""
 
 
 class Deadlock(RuntimeError):
@@ -180,11 +239,89 @@ P2PCost = Callable[[int, str, int], float]
 StepCost = Callable[[int, object], float]
 """``step_time(stage, op) -> seconds`` of one step-program op."""
 
+PERIOD_TOLERANCE_S = 1e-12
+"""Two steady cycles repeat when every stage's clock (and gradient stream) moves by the same period
+in both, to within this (float rounding of sums of seconds; 1 ps)."""
+
+
+def _p2p_plan(script: StageScript, stage: int, pp: int, p2p_time: P2PCost) -> list:
+    """Per step of a stage: None for F/B; for P2P (sends as (channel, seconds), receive channels,
+    the longest transfer, the label)."""
+    plans: dict[tuple[int, tuple], tuple] = {}
+    out: list = []
+    for step, sizes in zip(script.steps, script.p2p_sizes):
+        if sizes is None and step.kind != "P2P":
+            out.append(None)
+            continue
+        sizes = sizes or ()
+        key = (id(step), sizes)
+        plan = plans.get(key)
+        if plan is None:
+            sends, longest = [], 0.0
+            for op, size in zip(step.ops, sizes):
+                d = p2p_time(stage, op, size)
+                longest = max(longest, d)
+                if op.startswith("send"):
+                    peer = (stage + 1) % pp if op == "send_next" else (stage - 1) % pp
+                    sends.append(((stage, peer, "act" if op == "send_next" else "grad"), d))
+            recvs = tuple(((stage - 1) % pp if op == "recv_prev" else (stage + 1) % pp, stage,
+                           "act" if op == "recv_prev" else "grad") for op in step.ops if op.startswith("recv"))
+            send_end = max((d for _, d in sends), default=0.0)
+            plan = plans[key] = (tuple(sends), recvs, longest, send_end, f"{step.phase}.{step.name}")
+        out.append(plan)
+    return out
+
+
+def _steady_cycles(scripts: Sequence[StageScript]) -> list[tuple[list[int], int]] | None:
+    """Per stage, the step index where each steady 1F1B cycle starts (the forward of cycle ``c`` is that
+    of micro-batch ``warm-up + c``) and the cycle's length in steps, counted from the cycle index every
+    stage shares; only cycles made of the same programs and p2p sizes as the cycle before count.  None
+    when no extrapolation applies (interleaved schedules, too few micro-batches)."""
+    out = []
+    for script in scripts:
+        steps = script.steps
+        forwards = [i for i, st in enumerate(steps) if st.kind == "F"]
+        if not forwards or any(st.chunk for st in steps if st.kind in "FB"):
+            return None
+        first_b = next((i for i, st in enumerate(steps) if st.kind == "B"), len(steps))
+        warmup = sum(1 for i in forwards if i < first_b)
+        starts = forwards[warmup:]
+        if len(starts) < 2:
+            return None
+        length = starts[1] - starts[0]
+        if any(b - a != length for a, b in zip(starts, starts[1:])):
+            return None
+        out.append((starts, length))
+    return out
+
+
+def _marks(script: StageScript) -> list[tuple]:
+    """Per step what makes two cycles alike: the program (by identity), the p2p sizes and, for a p2p
+    step, the call (by identity: schedules share one object per distinct call)."""
+    return list(zip(map(id, script.programs), script.p2p_sizes,
+                    [id(st) if st.kind == "P2P" else st.kind for st in script.steps]))
+
 
 def run(scripts: Sequence[StageScript], compiled: Sequence[dict[int, CompiledProgram]], p2p_time: P2PCost,
-        step_time: StepCost, sync_members: Callable[[str], Sequence[int]]) -> EngineResult:
+        step_time: StepCost, sync_members: Callable[[str], Sequence[int]], extrapolate: bool = True,
+        insert: int = 0) -> EngineResult:
     """Play the scripts.  ``compiled[s][id(program)]`` is stage s's compiled program; ``sync_members``
-    gives the stages of a cross-stage group.  Raises :class:`Deadlock` if no stage can move."""
+    gives the stages of a cross-stage group.  Raises :class:`Deadlock` if no stage can move.
+
+    Steady state (``extrapolate``): with the non-interleaved 1F1B schedule the engine plays up to each
+    stage's start of a steady cycle ``c`` (every stage stops there; no transfer is then in flight), then
+    cycle by cycle; once two consecutive cycles move every stage's clock, and its gradient stream where it
+    runs, by the same period, and the cycles left before the cool-down run the same programs, the state
+    after ``k`` more cycles is this one shifted by ``k`` periods (the schedule's times are maxima and sums
+    of the same durations), so the engine adds ``k`` periods and ``k`` cycles' compute and exposed time
+    instead of playing them (:class:`Repeat` records them).  Results equal the unrolled play's to float
+    rounding (well under a microsecond); ``extrapolate=False`` plays every step.
+
+    ``insert`` (> 0): the scripts' schedules are ``insert`` steady cycles shorter than the iteration (a
+    job's middle micro-batches all run the same programs, so the builder made only a few of them); the
+    engine adds those cycles at the first repeating cycle, without a step of the schedule for them, and
+    :attr:`EngineResult.inserted` says whether it could (when no cycle repeated, the caller plays the
+    whole schedule instead)."""
     pp = len(scripts)
     times = [StageTimes(s) for s in range(pp)]
     clock = [0.0] * pp
@@ -200,6 +337,8 @@ def run(scripts: Sequence[StageScript], compiled: Sequence[dict[int, CompiledPro
     done = [False] * pp
     todo = deque(range(pp))
     queued = set(range(pp))
+    plans = [_p2p_plan(script, s, pp, p2p_time) for s, script in enumerate(scripts)]
+    stop = [-1] * pp          # a breakpoint: the step index a stage waits at (-1: none)
 
     def wake(stage: int) -> None:
         if stage not in queued and not done[stage]:
@@ -211,52 +350,45 @@ def run(scripts: Sequence[StageScript], compiled: Sequence[dict[int, CompiledPro
         st_times = times[s]
         steps = script.steps
         comp = compiled[s]
-        while pos[s] < len(steps):
+        plan = plans[s]
+        programs = script.programs
+        exposed_s, comm_s = st_times.exposed_s, st_times.comm_s
+        n = len(steps)
+        while pos[s] < n:
             i = pos[s]
-            step = steps[i]
+            if i == stop[s]:
+                return
             t = clock[s]
-            if step.kind == "P2P":
-                sizes = script.p2p_sizes[i] or ()
+            p2p = plan[i]
+            if p2p is not None:
+                sends, recvs, longest, send_end, label = p2p
                 if sent[s] != i:
                     sent[s] = i
-                    for op, size in zip(step.ops, sizes):
-                        if op.startswith("send"):
-                            peer = (s + 1) % pp if op == "send_next" else (s - 1) % pp
-                            key = (s, peer, "act" if op == "send_next" else "grad")
-                            channels[key].append(t + p2p_time(s, op, size))
-                            if waiting.get(key) is not None:
-                                wake(waiting.pop(key))
-                end = t
-                longest = 0.0
-                for op, size in zip(step.ops, sizes):
-                    d = p2p_time(s, op, size)
-                    longest = max(longest, d)
-                    if op.startswith("send"):
-                        end = max(end, t + d)
-                recvs = [op for op in step.ops if op.startswith("recv")]
-                keys = [((s - 1) % pp if op == "recv_prev" else (s + 1) % pp, s, "act" if op == "recv_prev" else "grad")
-                        for op in recvs]
-                missing = [k for k in keys if not channels[k]]
-                if missing:
-                    waiting[missing[0]] = s
-                    return
-                for k in keys:
-                    end = max(end, channels[k].popleft())
-                exposed = min(end - t, longest)
-                st_times.exposed_s["PP"] += exposed
-                st_times.comm_s["PP"] += longest
-                st_times.extra.append(Interval(s, "p2p", t, end - t, "PP", f"{step.phase}.{step.name}", "p2p"))
+                    for key, d in sends:
+                        channels[key].append(t + d)
+                        if key in waiting:
+                            wake(waiting.pop(key))
+                for key in recvs:
+                    if not channels[key]:
+                        waiting[key] = s
+                        return
+                end = t + send_end
+                for key in recvs:
+                    end = max(end, channels[key].popleft())
+                exposed_s["PP"] += min(end - t, longest)
+                comm_s["PP"] += longest
+                st_times.extra.append(("p2p", t, end - t, "PP", label, "p2p"))
                 clock[s] = end
                 pos[s] += 1
                 continue
-            program = script.programs[i]
-            cp = comp[id(program)]
+            step = steps[i]
+            cp = comp[id(programs[i])]
             st_times.runs.append((t, i, step.microbatch, step.chunk))
             st_times.compute_s += cp.compute_s
             for cat, d in cp.exposed_s.items():
-                st_times.exposed_s[cat] += d
+                exposed_s[cat] += d
             for cat, d in cp.comm_s.items():
-                st_times.comm_s[cat] += d
+                comm_s[cat] += d
             for offset, d, cat, _name, _layer, op_index in cp.grads:
                 start = max(grad_free[s], t + offset)
                 grad_free[s] = start + d
@@ -273,16 +405,16 @@ def run(scripts: Sequence[StageScript], compiled: Sequence[dict[int, CompiledPro
             if op.kind == GRAD_WAIT:
                 st_times.grad_wait_s = t
                 end = max(t, grad_free[s])
-                for g_start, g_end, cat, _i, _j in st_times.grad_instances:
+                for g_start, g_end, cat, _i, _j in st_times.all_grad_instances():
                     if g_end > t:
                         part = g_end - max(g_start, t)
-                        st_times.exposed_s[cat] += part
+                        exposed_s[cat] += part
                 if end > t:
-                    st_times.extra.append(Interval(s, "comm", t, end - t, "DP", op.name, op.layer))
+                    st_times.extra.append(("comm", t, end - t, "DP", op.name, op.layer))
                 clock[s] = end
             elif op.kind == SYNC:
-                n = sync_seen[s][op.group]
-                key = (op.group, n)
+                k = sync_seen[s][op.group]
+                key = (op.group, k)
                 if key not in sync_done:
                     arrivals = syncs[key]
                     arrivals[s] = t
@@ -293,46 +425,152 @@ def run(scripts: Sequence[StageScript], compiled: Sequence[dict[int, CompiledPro
                     for m in members:
                         if m != s:
                             wake(m)
-                sync_seen[s][op.group] = n + 1
+                sync_seen[s][op.group] = k + 1
                 d = step_time(s, op)
                 start = sync_done[key]
                 cat = GROUP_CATEGORY.get(op.group, "other")
-                st_times.exposed_s[cat] += d
-                st_times.comm_s[cat] += d
-                st_times.extra.append(Interval(s, "comm", start, d, cat, op.name, op.layer))
+                exposed_s[cat] += d
+                comm_s[cat] += d
+                st_times.extra.append(("comm", start, d, cat, op.name, op.layer))
                 clock[s] = start + d
             elif op.kind == ASYNC:
                 # marked overlappable in the step (e.g. Megatron's --overlap_param_gather): it runs
                 # under the next iteration's forward, so it is counted but not waited for
                 d = step_time(s, op)
                 cat = GROUP_CATEGORY.get(op.group, "other")
-                st_times.comm_s[cat] += d
-                st_times.extra.append(Interval(s, "overlap comm", t, d, cat, op.name, op.layer))
+                comm_s[cat] += d
+                st_times.extra.append(("overlap comm", t, d, cat, op.name, op.layer))
             else:
                 d = step_time(s, op)
                 if op.kind == COMPUTE:
                     st_times.compute_s += d
-                    st_times.extra.append(Interval(s, "compute", t, d, "compute", op.name, op.layer))
+                    st_times.extra.append(("compute", t, d, "compute", op.name, op.layer))
                 else:
                     cat = GROUP_CATEGORY.get(op.group, "other")
-                    st_times.exposed_s[cat] += d
-                    st_times.comm_s[cat] += d
-                    st_times.extra.append(Interval(s, "comm", t, d, cat, op.name, op.layer))
+                    exposed_s[cat] += d
+                    comm_s[cat] += d
+                    st_times.extra.append(("comm", t, d, cat, op.name, op.layer))
                 clock[s] = t + d
             step_pos[s] += 1
         done[s] = True
         st_times.end_s = max(clock[s], grad_free[s])
 
-    while todo:
-        s = todo.popleft()
-        queued.discard(s)
-        if not done[s]:
-            advance(s)
+    def play() -> None:
+        while todo:
+            s = todo.popleft()
+            queued.discard(s)
+            if not done[s]:
+                advance(s)
+
+    def play_to(targets: list[int]) -> bool:
+        """Play until every stage stands at its target step; False if one cannot get there."""
+        stop[:] = targets
+        todo.clear()
+        queued.clear()
+        for s in range(pp):
+            wake(s)
+        play()
+        return all(pos[s] == targets[s] for s in range(pp)) and not any(channels.values())
+
+    cycles = _steady_cycles(scripts) if extrapolate or insert else None
+    inserted = False
+    if cycles is not None:
+        inserted = _extrapolate(scripts, cycles, times, clock, grad_free, pos, play_to, insert)
+        stop[:] = [-1] * pp
+        todo.clear()
+        queued.clear()
+        for s in range(pp):
+            wake(s)
+    play()
     if not all(done):
         stuck = [s for s in range(pp) if not done[s]]
         raise Deadlock(f"pipeline stages {stuck} wait on each other (steps {[pos[s] for s in stuck]})")
     iteration = max(t.end_s for t in times) if times else 0.0
-    return EngineResult(iteration, times)
+    return EngineResult(iteration, times, inserted)
+
+
+def _extrapolate(scripts: Sequence[StageScript], cycles: list[tuple[list[int], int]], times: list[StageTimes],
+                 clock: list[float], grad_free: list[float], pos: list[int], play_to: Callable[[list[int]], bool],
+                 insert: int = 0) -> bool:
+    """Play from one steady cycle's start to the next on every stage until a cycle moves every stage by
+    the same period (see :func:`run`), then jump over the following cycles that run its programs,
+    stopping at a cycle start the engine then plays on from; or, with ``insert``, add that many copies of
+    the cycle there.  Returns whether the copies were inserted."""
+    shared = min(len(starts) for starts, _ in cycles)  # cycle starts every stage has (stage 0's)
+    marks = [_marks(script) for script in scripts]
+
+    def same(c: int) -> bool:
+        """Whether cycle c runs, on every stage, the programs and p2p calls of cycle c - 1."""
+        return c > 0 and all(m[starts[c - 1]:starts[c]] == m[starts[c]:starts[c] + length]
+                             for m, (starts, length) in zip(marks, cycles))
+
+    def snapshot() -> tuple:
+        return (list(clock), list(grad_free), [(t.compute_s, dict(t.exposed_s), dict(t.comm_s), len(t.runs), len(t.extra),
+                                                len(t.grad_instances)) for t in times])
+
+    if shared < 3 or not play_to([starts[0] for starts, _ in cycles]):
+        return False
+    previous = snapshot()
+    for c in range(1, shared - 1):
+        if not play_to([starts[c] for starts, _ in cycles]):
+            return False
+        state = snapshot()
+        period = _period(previous, state)
+        if period is not None and same(c):
+            if insert:
+                if any(len(t.grad_instances) != stats[5] for t, stats in zip(times, previous[2])):
+                    return False  # gradient buckets in the cycle: their instances would share steps
+                _jump(times, clock, grad_free, pos, cycles, previous, period, insert, inserted=True,
+                      first=[starts[c - 1] for starts, _ in cycles])
+                return True
+            skip = 0
+            while c + skip < shared - 1 and same(c + skip):
+                skip += 1
+            _jump(times, clock, grad_free, pos, cycles, previous, period, skip)
+            return False
+        previous = state
+    return False
+
+
+def _period(before: tuple, after: tuple) -> float | None:
+    """The period every stage's clock moved by between two snapshots (None if they differ), provided the
+    gradient streams moved alike or stayed idle behind the clocks."""
+    clocks0, grads0, _ = before
+    clocks1, grads1, _ = after
+    period = clocks1[0] - clocks0[0]
+    if not period > 0:
+        return None
+    for a, b, ga, gb in zip(clocks0, clocks1, grads0, grads1):
+        if abs((b - a) - period) > PERIOD_TOLERANCE_S:
+            return None
+        if not (ga <= a and gb <= b and ga == gb) and abs((gb - ga) - period) > PERIOD_TOLERANCE_S:
+            return None
+    return period
+
+
+def _jump(times: list[StageTimes], clock: list[float], grad_free: list[float], pos: list[int],
+          cycles: list[tuple[list[int], int]], before: tuple, period: float, skip: int, inserted: bool = False,
+          first: list[int] | None = None) -> None:
+    """Add ``skip`` more of the cycle played since the snapshot ``before`` to every stage: its period to
+    the clocks (and to the gradient streams that ran), its steps to the positions (not when ``inserted``:
+    the schedule has no steps for them), its sums to the sums."""
+    _, grads0, stats0 = before
+    for s, t in enumerate(times):
+        compute0, exposed0, comm0, runs0, extra0, grads_seen0 = stats0[s]
+        t.compute_s += skip * (t.compute_s - compute0)
+        for cat in t.exposed_s:
+            t.exposed_s[cat] += skip * (t.exposed_s[cat] - exposed0[cat])
+        for cat in t.comm_s:
+            t.comm_s[cat] += skip * (t.comm_s[cat] - comm0[cat])
+        if grad_free[s] != grads0[s]:
+            grad_free[s] += skip * period
+        clock[s] += skip * period
+        t.backward_end_s += skip * period
+        length = cycles[s][1]
+        if not inserted:
+            pos[s] += skip * length
+        t.repeat = Repeat(skip, period, length, (runs0, len(t.runs)), (extra0, len(t.extra)),
+                          (grads_seen0, len(t.grad_instances)), inserted, first[s] if first else 0)
 
 
 def bubble_s(stage: StageTimes, iteration_s: float) -> float:

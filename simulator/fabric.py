@@ -124,6 +124,7 @@ class TopologyFabric:
         self.nvlink_latency_s = topology.path(0, 1).latency_s if gps > 1 else 0.0
         self._asw, self._pod = self._domains()
         self._path_cache: dict[tuple[int, int], tuple[str, float, float]] = {}
+        self._shapes: dict[object, GroupShape] = {}
         self.description = (f"{topology.source or 'topology'}: {topology.gpu_count} GPUs ({gpus} used), {gps} per "
                             f"server, {topology.shape}, NVLink {self.nvlink_Bps / 1e9:g} GB/s and NIC share "
                             f"{self.nic_share_Bps / 1e9:g} GB/s per GPU (nominal)")
@@ -172,6 +173,14 @@ class TopologyFabric:
         return int(others[-1])
 
     def group_shape(self, ranks: Sequence[int]) -> GroupShape:
+        """The shape of the group of ``ranks`` (cached per member list: sweeps on one fabric ask again)."""
+        key = ranks if isinstance(ranks, range) else tuple(ranks)
+        shape = self._shapes.get(key)
+        if shape is None:
+            shape = self._shapes[key] = self._group_shape(ranks)
+        return shape
+
+    def _group_shape(self, ranks: Sequence[int]) -> GroupShape:
         gps = self.gpus_per_server
         members = np.asarray(ranks, dtype=np.int64)
         unique, firsts, per_server = _servers(members, gps)

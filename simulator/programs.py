@@ -27,13 +27,17 @@ workloads, unbalanced stages included).  Both give the same structures to the on
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from simulator.repeat import find_blocks, repeat_segments
 from utils.errors import ConfigError, FormatError
 from workload_generator.schedules import Step, pipeline_schedule
 from workload_generator.simai_tokens import classify
+
+_LAYER_IN_NAME = re.compile(r"(layers\.\d+)(?![\d])")
 
 COMPUTE, COMM, ASYNC, GRAD, GRAD_WAIT, SYNC = range(6)
 KIND_NAMES = ("compute", "comm", "async", "grad", "grad_wait", "sync")
@@ -75,10 +79,12 @@ class Op:
 
 @dataclass
 class Program:
-    """The ops of one forward (``F``) or backward (``B``) step, or of the step after the schedule."""
+    """The ops of one forward (``F``) or backward (``B``) step, or of the step after the schedule;
+    ``work`` its model FLOPs (recomputation excluded)."""
 
     kind: str
     ops: list[Op] = field(default_factory=list)
+    work: float = 0.0
 
 
 @dataclass
@@ -92,6 +98,23 @@ class StageScript:
     p2p_sizes: list[tuple[int, ...] | None]
     step_program: Program
     flops: float | None = None
+    layer_names: dict[str, str] | None = None
+    """For a stage that runs another stage's programs (same workload up to layer numbering): that
+    stage's layer keys -> this stage's (keys not listed are the same); None for a stage's own programs."""
+    record_shift: list[int] | None = None
+    """SimAI files: per step, what to add to its ops' record numbers (micro-batch blocks alike record
+    for record share the first one's programs); None when every op carries its own record."""
+
+    def layer(self, key: str) -> str:
+        """This stage's name of a layer key of its programs."""
+        return key if self.layer_names is None else self.layer_names.get(key, key)
+
+    def rename(self, name: str) -> str:
+        """An op name with this stage's layer numbers (``forward.layers.3.mlp`` -> ``forward.layers.11.mlp``)."""
+        if self.layer_names is None or "layers." not in name:
+            return name
+        names = self.layer_names
+        return _LAYER_IN_NAME.sub(lambda m: names.get(m.group(1), m.group(1)), name)
 
 
 @dataclass
@@ -103,6 +126,8 @@ class Scripts:
     source: str
     layout: dict[str, int]
     warnings: list[str] = field(default_factory=list)
+    insert: int = 0
+    """Steady 1F1B cycles the schedules leave out for the engine to insert (a job's middle micro-batches)."""
 
 
 # ---- SimAI workload files --------------------------------------------------------------------------
@@ -117,36 +142,6 @@ def _step_program(overlapped: bool, deferred: list[Op]) -> Program:
         step.ops.append(Op(GRAD_WAIT, "finish_grad_sync", "grad_sync", "step"))
     step.ops.extend(deferred)
     return step
-
-def find_blocks(names: Sequence[str], ga: int) -> tuple[int, int] | None:
-    """``(first, length)`` of the ``ga`` micro-batch blocks unrolled in a SimAI file, or None.
-
-    A block starts at each occurrence of a name that occurs exactly ``ga`` times at a constant
-    spacing with the same names in every block; ``embedding_layer`` (AICB's first record of a
-    micro-batch) is tried first, then the names in file order.  With ``ga == 1`` the block runs from
-    the first ``embedding_layer`` (or the first record) to the end.
-    """
-    if not names:
-        return None
-    if ga == 1:
-        first = names.index("embedding_layer") if "embedding_layer" in names else 0
-        return first, len(names) - first
-    positions: dict[str, list[int]] = {}
-    for i, name in enumerate(names):
-        positions.setdefault(name, []).append(i)
-    candidates = ["embedding_layer"] + [n for n in positions if n != "embedding_layer"]
-    for name in candidates:
-        where = positions.get(name, [])
-        if len(where) != ga:
-            continue
-        length = where[1] - where[0]
-        if any(b - a != length for a, b in zip(where, where[1:])) or where[-1] + length > len(names):
-            continue
-        block = names[where[0]:where[0] + length]
-        if all(names[p:p + length] == block for p in where[1:]):
-            return where[0], length
-    return None
-
 
 def _simai_comm(token: str, column: str, size: int) -> tuple[str, str] | None:
     comm_type, group = classify(token, column)
@@ -200,12 +195,34 @@ def scripts_from_simai(workload, gpus: int, overlap_grad_reduce: bool) -> Script
         block_ranges = [range(first + b * length, first + (b + 1) * length) for b in range(ga)]
         inside = set(range(first, first + ga * length))
         outside = [i for i in range(len(records)) if i not in inside]
+    # identical micro-batch blocks (record for record) share one program pair; the ops carry the first
+    # block's record numbers, and each step the shift to its own block's (record_shift)
+    template = list(range(ga))
+    if blocks is None:
+        template = [0] * ga
+    else:
+        for start, _length, times in repeat_segments(records, ga):
+            b = (start - blocks[0]) // blocks[1] if start >= blocks[0] and _length == blocks[1] else -1
+            if 0 <= b < ga:
+                template[b:b + times] = [b] * times
+    shift = [(b - template[b]) * (blocks[1] if blocks is not None else 0) for b in range(ga)]
     unknown: set[str] = set()
     deferred: list[Op] = []
     forwards: list[Program] = []
     backwards: list[Program] = []
     any_grad = False
-    for rng in block_ranges:
+    for b, rng in enumerate(block_ranges):
+        if template[b] != b:
+            forwards.append(forwards[template[b]])
+            backwards.append(backwards[template[b]])
+            if not overlap_grad_reduce:  # every micro-batch's gradient reductions still run at the step
+                for i in reversed(rng):
+                    comm = _simai_comm(records[i].wg_comm, "wg", records[i].wg_size_bytes)
+                    if comm is not None and comm[1] in ("dp_group", "ep_dp_group"):
+                        r = records[i]
+                        deferred.append(Op(COMM, f"{r.name} {comm[0]}", r.name, "wg", 0.0, comm[0], comm[1],
+                                           r.wg_size_bytes, i, scale))
+            continue
         fwd = Program("F")
         bwd = Program("B")
         for i in rng:
@@ -250,6 +267,7 @@ def scripts_from_simai(workload, gpus: int, overlap_grad_reduce: bool) -> Script
         steps = pipeline_schedule(pp, s, ga, 1)
         programs: list[Program | None] = []
         sizes: list[tuple[int, ...] | None] = []
+        shifts = [shift[st.microbatch] if st.kind != "P2P" else 0 for st in steps]
         for st in steps:
             if st.kind == "F":
                 programs.append(forwards[st.microbatch])
@@ -260,7 +278,7 @@ def scripts_from_simai(workload, gpus: int, overlap_grad_reduce: bool) -> Script
             else:
                 programs.append(None)
                 sizes.append(tuple(pp_comm for _ in st.ops))
-        stages.append(StageScript(s, steps, programs, sizes, step))
+        stages.append(StageScript(s, steps, programs, sizes, step, record_shift=shifts if any(shift) else None))
     layout = dict(tp=tp, pp=pp, dp=dp, ep=ep, ga=ga, chunks=1, world=gpus, vpp=header.vpp or 0, pp_comm=pp_comm)
     return Scripts(stages, "simai", layout, warnings)
 
@@ -328,7 +346,7 @@ class _Counters:
 
 
 def _item_op(item, phase: str, hook: ComputeHook, counters: _Counters, tp_comm_overlap: bool) -> Op | None:
-    ctype = item.comm_type.value
+    ctype = item.comm_type._value_  # .value, without the enum property's lookup (a hot path)
     layer = _layer_key(item)
     meta = item.meta or {}
     name = item.stage + (f" {meta['name']}" if meta.get("name") else "")
@@ -343,7 +361,7 @@ def _item_op(item, phase: str, hook: ComputeHook, counters: _Counters, tp_comm_o
         return Op(COMPUTE, name, layer, phase, float(time_ns))
     if ctype in ("epoch_end", "barrier", "isend", "irecv"):
         return None
-    group = item.comm_group.value if item.comm_group is not None else "all_nodes"
+    group = item.comm_group._value_ if item.comm_group is not None else "all_nodes"
     op = Op(COMM, f"{ctype} {group} {name}", layer, phase, 0.0, ctype, group, int(item.msg_size or 0))
     if item.stage.startswith("backward.overlap_grad_reduce"):
         op.kind = GRAD
@@ -398,42 +416,71 @@ class _Build:
     any_finish: bool = False
 
 
-def _stage_script(stage: int, steps: list[Step], pieces, rest: list, build: _Build) -> StageScript:
+@dataclass
+class _Built:
+    """One step key's program (or p2p sizes) and what building it found: FLOPs, the gradient reductions
+    it moves to the step (without ``--overlap_grad_reduce``) and its counts of items."""
+
+    program: Program | None
+    sizes: tuple[int, ...] | None
+    work: float
+    deferred: list[Op] = field(default_factory=list)
+    grad: bool = False
+    counters: _Counters = field(default_factory=_Counters)
+
+
+def _build_step(kind: str, items: list, build: _Build) -> _Built:
+    if kind == "P2P":
+        return _Built(None, tuple(int(i.msg_size or 0) for i in items), 0.0)
+    phase = "fwd" if kind == "F" else "bwd"
+    program = Program(kind)
+    built = _Built(program, None, 0.0)
+    for item in items:
+        op = _item_op(item, phase, build.hook, built.counters, build.tp_comm_overlap)
+        if op is None:
+            continue
+        if op.kind == GRAD and build.overlap_grad_reduce is False:
+            op.kind = COMM
+            op.phase = "step"
+            built.deferred.append(op)
+            continue
+        built.grad = built.grad or op.kind == GRAD
+        program.ops.append(op)
+    built.work = program.work = sum(i.flops for i in items if i.flops and i.comm_type._value_ == "computation"
+                                    and not i.stage.startswith("recompute"))
+    return built
+
+
+def _stage_script(stage: int, steps: list[Step], pieces, rest: list, build: _Build,
+                  cache: dict[object, _Built] | None = None) -> StageScript:
     """One stage's script from its schedule and, per step, ``(key, items)`` (``pieces``: an iterator
     in step order; ``key`` identifies steps whose items are the same objects, so that each distinct
-    program is built and costed once) and the step items that follow the schedule."""
-    cache: dict[object, tuple[Program | None, tuple[int, ...] | None, float]] = {}
-    programs: list[Program | None] = []
-    sizes: list[tuple[int, ...] | None] = []
+    program is built and costed once; ``items`` None for a key built before) and the step items that
+    follow the schedule.  ``cache`` (key -> built program) is shared by stages that run the same
+    programs; each stage counts what each distinct key it runs holds, as if it had built it."""
+    cache = {} if cache is None else cache
     deferred: list[Op] = []
     any_grad = False
-    flops = 0.0
+    keys = []
     for st, (key, items) in zip(steps, pieces):
-        hit = cache.get(key)
-        if hit is None:
-            if st.kind == "P2P":
-                hit = (None, tuple(int(i.msg_size or 0) for i in items), 0.0)
-            else:
-                phase = "fwd" if st.kind == "F" else "bwd"
-                program = Program(st.kind)
-                for item in items:
-                    op = _item_op(item, phase, build.hook, build.counters, build.tp_comm_overlap)
-                    if op is None:
-                        continue
-                    if op.kind == GRAD and build.overlap_grad_reduce is False:
-                        op.kind = COMM
-                        op.phase = "step"
-                        deferred.append(op)
-                        continue
-                    any_grad = any_grad or op.kind == GRAD
-                    program.ops.append(op)
-                work = sum(i.flops for i in items if i.flops and i.comm_type.value == "computation"
-                           and not i.stage.startswith("recompute"))
-                hit = (program, None, work)
-            cache[key] = hit
-        programs.append(hit[0])
-        sizes.append(hit[1])
-        flops += hit[2]
+        keys.append(key)
+        if key not in cache:
+            cache[key] = _build_step(st.kind, items, build)
+    for key in dict.fromkeys(keys):  # each distinct key once, in order of first use
+        hit = cache[key]
+        deferred += hit.deferred
+        any_grad = any_grad or hit.grad
+        c = build.counters
+        c.missing_compute += hit.counters.missing_compute
+        c.items += hit.counters.items
+        c.grad_items += hit.counters.grad_items
+        c.finish_items += hit.counters.finish_items
+    hits = list(map(cache.__getitem__, keys))
+    programs: list[Program | None] = [hit.program for hit in hits]
+    sizes: list[tuple[int, ...] | None] = [hit.sizes for hit in hits]
+    flops = 0.0
+    for hit in hits:
+        flops += hit.work
     step = _step_program(any_grad, deferred)
     for item in rest:
         op = _item_op(item, "step", build.hook, build.counters, build.tp_comm_overlap)
@@ -493,21 +540,33 @@ def scripts_from_generators(generators: Sequence, job, hook: ComputeHook | None 
                             overlap_grad_reduce: bool | None = None, tp_comm_overlap: bool = False) -> Scripts:
     """Scripts straight from the per-stage generators (``MegatronWorkload(job, pp_rank=s)``), without
     unrolling their iterations: each distinct step (:meth:`WorkloadGenerator.step_key`) is built once.
-    Same programs as :func:`scripts_from_workloads` on the generators' workloads."""
+    Same programs as :func:`scripts_from_workloads` on the generators' workloads.
+
+    One generator may serve several stages (``generators[s]`` built for another stage with the same
+    :meth:`WorkloadGenerator.stage_signature`): stage ``s`` then runs its own schedule on that
+    generator's programs (built once for all of them), with its own layer numbers in
+    :attr:`StageScript.layer_names`."""
     p = job.parallel
     if len(generators) != p.pp:
         raise ConfigError(f"expected one generator per pipeline stage ({p.pp}), got {len(generators)}")
     build = _Build(hook or item_time_ns, overlap_grad_reduce, tp_comm_overlap)
     stages = []
+    caches: dict[int, dict] = {}
+    rests: dict[int, list] = {}
+    built_keys: dict[int, set] = {}
     for s, gen in enumerate(generators):
-        steps = gen.schedule()
-        rest: list = []
-        gen.step(rest)
+        own = getattr(gen, "pp_rank", s) == s
+        steps = gen.schedule() if own else pipeline_schedule(p.pp, s, p.ga, len(gen.layer_ranges()) or 1)
+        rest = rests.get(id(gen))
+        if rest is None:
+            rest = rests[id(gen)] = []
+            gen.step(rest)
+        built = built_keys.setdefault(id(gen), set())
 
-        def keyed(gen=gen, steps=steps):
-            built: set = set()
+        def keyed(gen=gen, steps=steps, built=built):
+            step_key = gen.step_key
             for st in steps:
-                key = gen.step_key(st)
+                key = step_key(st)
                 if key is None:
                     items = gen.step_items(st)
                     yield tuple(map(id, items)), items
@@ -517,5 +576,24 @@ def scripts_from_generators(generators: Sequence, job, hook: ComputeHook | None 
                     built.add(key)
                     yield key, gen.step_items(st)
 
-        stages.append(_stage_script(s, steps, keyed(), rest, build))
+        script = _stage_script(s, steps, keyed(), rest, build, caches.setdefault(id(gen), {}))
+        if not own:
+            script.layer_names = _renumbering(gen.layer_ranges(), _own_ranges(job, s))
+        stages.append(script)
     return _finish(stages, job, build)
+
+
+def _own_ranges(job, stage: int) -> list[tuple[int, int]]:
+    from mocked_model.megatron import chunk_layout
+
+    return [(first, count) for first, count, _, _ in chunk_layout(job, stage)]
+
+
+def _renumbering(theirs: list[tuple[int, int]], ours: list[tuple[int, int]]) -> dict[str, str]:
+    """Layer keys of another stage's chunks -> this stage's, chunk by chunk (``(first layer, count)``
+    each; equal counts, as equal stage signatures promise)."""
+    out: dict[str, str] = {}
+    for (a, count), (b, _) in zip(theirs, ours):
+        if a != b:
+            out.update({f"layers.{a + k}": f"layers.{b + k}" for k in range(count)})
+    return out

@@ -22,7 +22,16 @@ import os
 from typing import Any
 
 from simulator.cfloat import c_fixed
-from simulator.result import TERMS, SimulationResult, collective_rows, layer_rows, stage_rows, topo_layer_rows
+from simulator.repeat import blocks
+from simulator.result import (
+    TERMS,
+    SimulationResult,
+    collective_rows,
+    layer_row,
+    layer_rows,
+    stage_rows,
+    topo_layer_rows,
+)
 from utils.io import atomic_write
 
 RUN_NAME = "Analytical_test"
@@ -48,18 +57,29 @@ def end_to_end_text(result: SimulationResult, file_name: str) -> str:
     cells.append(_us0(totals.total_us))
     lines.append(", ".join(cells))
     lines.append(LAYER_HEADER.format(run=RUN_NAME))
-    for layer in result.layers:
-        fwd, ig, wg = layer.fwd, layer.ig, layer.wg
-        lines.append(",".join((
-            layer.name, RUN_NAME,
-            _us0(layer.fwd_compute_ns / 1000.0), _us0(layer.wg_compute_ns / 1000.0), _us0(layer.ig_compute_ns / 1000.0),
-            _us0(layer.fwd_exposed_ns / 1000.0), _us0(layer.wg_exposed_ns / 1000.0), _us0(layer.ig_exposed_ns / 1000.0),
-            _us0(fwd.time_ns / 1000.0), c_fixed(fwd.algbw_gibps, 2), c_fixed(fwd.busbw_gibps, 2),
-            _us0(wg.time_ns / 1000.0), c_fixed(wg.algbw_gibps, 2), c_fixed(wg.busbw_gibps, 2),
-            _us0(ig.time_ns / 1000.0), c_fixed(ig.algbw_gibps, 2), c_fixed(ig.busbw_gibps, 2),
-        )))
+    rows: dict[int, str] = {}  # a row shared by several records, or a repeated block's rows, is formatted once
+    for templates, times, _ in blocks(result.layers):
+        texts = []
+        for layer in templates:
+            text = rows.get(id(layer))
+            if text is None:
+                text = rows[id(layer)] = _end_to_end_row(layer)
+            texts.append(text)
+        lines.extend(["\n".join(texts)] * times)
     lines.append("")
     return "\n".join(lines)
+
+
+def _end_to_end_row(layer) -> str:
+    fwd, ig, wg = layer.fwd, layer.ig, layer.wg
+    return ",".join((
+        layer.name, RUN_NAME,
+        _us0(layer.fwd_compute_ns / 1000.0), _us0(layer.wg_compute_ns / 1000.0), _us0(layer.ig_compute_ns / 1000.0),
+        _us0(layer.fwd_exposed_ns / 1000.0), _us0(layer.wg_exposed_ns / 1000.0), _us0(layer.ig_exposed_ns / 1000.0),
+        _us0(fwd.time_ns / 1000.0), c_fixed(fwd.algbw_gibps, 2), c_fixed(fwd.busbw_gibps, 2),
+        _us0(wg.time_ns / 1000.0), c_fixed(wg.algbw_gibps, 2), c_fixed(wg.busbw_gibps, 2),
+        _us0(ig.time_ns / 1000.0), c_fixed(ig.algbw_gibps, 2), c_fixed(ig.busbw_gibps, 2),
+    ))
 
 
 def _csv_cell(value: Any) -> str:
@@ -72,8 +92,23 @@ def _csv_cell(value: Any) -> str:
 
 
 def layers_csv_text(result: SimulationResult) -> str:
-    """Our per-layer CSV (see :func:`layer_rows`).  Layer names are single tokens, so no quoting."""
-    return "".join(",".join(_csv_cell(v) for v in row) + "\n" for row in layer_rows(result))
+    """Our per-layer CSV (see :func:`layer_rows`).  Layer names are single tokens, so no quoting; a
+    repeated record's row is formatted once and only its index written again."""
+    header, *_ = layer_rows(result, header_only=True)
+    out = [",".join(header) + "\n"]
+    cache: dict[int, str] = {}
+    for templates, times, first in blocks(result.layers):
+        rests = []
+        for layer in templates:
+            rest = cache.get(id(layer))
+            if rest is None:
+                rest = cache[id(layer)] = "".join("," + _csv_cell(v) for v in layer_row(layer)[1:]) + "\n"
+            rests.append(rest)
+        if first is None:
+            out += [f"{layer.index}{rest}" for layer, rest in zip(templates, rests)]
+        else:
+            out += map("{}{}".format, range(first, first + len(rests) * times), rests * times)
+    return "".join(out)
 
 
 TOPO_FILES = ("topo_stages.csv", "topo_layers.csv", "topo_collectives.csv")

@@ -8,12 +8,26 @@ pandas is imported only when a table is asked for, so that the command line stay
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from simulator.repeat import with_index
+
 if TYPE_CHECKING:  # pragma: no cover
     import pandas
+
+    from simulator.topo_result import TopoDetails
+
+_TOPO = ("StageResult", "CollectiveRecord", "LayerTimes", "Interval", "TopoDetails")
+"""What ``--model topo`` adds lives in :mod:`simulator.topo_result` (imported on use: a SimAI run needs none)."""
+
+
+def __getattr__(name: str) -> Any:
+    if name in _TOPO:
+        from simulator import topo_result
+
+        return getattr(topo_result, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 PHASES = ("fwd", "ig", "wg")
 """Record columns: forward, input gradient (backward), weight gradient."""
@@ -100,109 +114,6 @@ class Totals:
         return value / self.total_us * 100 if self.total_us else float("nan")
 
 
-@dataclass(frozen=True)
-class StageResult:
-    """One pipeline stage of a ``--model topo`` iteration, in microseconds.  The terms add up to
-    the iteration time: compute + exposed TP/EP/DP/DP_EP/PP/other comm + bubble.  ``other`` is
-    step synchronisation across stages (tied-embedding and gradient-norm all-reduces); ``end_us``
-    when the stage finished; ``*_comm_us`` every collective's time in that group, exposed or not."""
-
-    stage: int
-    compute_us: float
-    tp_exposed_us: float
-    ep_exposed_us: float
-    dp_exposed_us: float
-    dp_ep_exposed_us: float
-    pp_exposed_us: float
-    other_exposed_us: float
-    bubble_us: float
-    end_us: float
-    tp_comm_us: float
-    ep_comm_us: float
-    dp_comm_us: float
-    dp_ep_comm_us: float
-    pp_comm_us: float
-    flops: float | None = None
-
-    @property
-    def exposed_comm_us(self) -> float:
-        return (self.tp_exposed_us + self.ep_exposed_us + self.dp_exposed_us + self.dp_ep_exposed_us
-                + self.other_exposed_us)
-
-
-@dataclass(frozen=True)
-class CollectiveRecord:
-    """One distinct collective of a ``--model topo`` run (same group shape, type and size): how it
-    was costed and how often it runs per iteration over all stages.  Times in microseconds,
-    bandwidths in GB/s (10^9 B/s); ``algorithm``/``protocol`` NCCL's choice (``ring``, ``tree``,
-    ``pairwise``, ``p2p``; ``LL``, ``LL128``, ``Simple``); ``congestion`` the inter-server bandwidth
-    divisor of oversubscribed tiers (1 = none)."""
-
-    group: str
-    comm_type: str
-    size_bytes: int
-    group_size: int
-    servers: int
-    per_server: int
-    tier: str
-    algorithm: str
-    protocol: str
-    time_us: float
-    algbw_gbps: float
-    busbw_gbps: float
-    congestion: float
-    count: int
-    stages: str
-
-    @property
-    def total_us(self) -> float:
-        return self.time_us * self.count
-
-
-@dataclass(frozen=True)
-class LayerTimes:
-    """Per stage and layer (``layers.3``, ``embedding``, ``output``, ``loss``, ``grad_sync``, a SimAI
-    record name, ...): its compute, its collectives' time and the exposed part, per iteration, us."""
-
-    stage: int
-    layer: str
-    fwd_compute_us: float
-    bwd_compute_us: float
-    comm_us: float
-    exposed_comm_us: float
-
-
-@dataclass(slots=True)
-class Interval:
-    """A stretch of one stream of one stage: start and duration in seconds from the iteration start."""
-
-    stage: int
-    stream: str
-    start_s: float
-    duration_s: float
-    category: str
-    name: str
-    layer: str
-    microbatch: int = -1
-
-
-@dataclass
-class TopoDetails:
-    """What ``--model topo`` adds to a result: the iteration time, every stage, every distinct
-    collective, per-layer times, MFU (None when FLOPs or compute times are unknown), the stage the
-    EndToEnd terms describe (the busiest: least bubble), and the trace intervals (built on demand)."""
-
-    iteration_us: float
-    reported_stage: int
-    stages: list[StageResult]
-    collectives: list[CollectiveRecord]
-    layer_times: list[LayerTimes]
-    mfu: float | None
-    model_flops: float | None
-    peak_tflops: float | None
-    intervals: Callable[[], list[Interval]] = field(repr=False, default=list)
-
-
 @dataclass
 class SimulationResult:
     """The outcome of :func:`simulator.api.simulate`.
@@ -281,25 +192,32 @@ class SimulationResult:
 
 # ---- tables as rows (a header row first): the pandas views above and the report's CSV files --------
 
-def layer_rows(result: SimulationResult) -> list[list[Any]]:
+LAYER_HEADER: list[Any] = ["index", "layer_name", "fwd_compute_us", "ig_compute_us", "wg_compute_us"]
+for _phase in PHASES:
+    LAYER_HEADER += [f"{_phase}_comm_token", f"{_phase}_comm_type", f"{_phase}_group", f"{_phase}_group_size",
+                     f"{_phase}_size_bytes", f"{_phase}_comm_us", f"{_phase}_exposed_us", f"{_phase}_algbw_gibps",
+                     f"{_phase}_busbw_gibps", f"{_phase}_cost_rule"]
+LAYER_HEADER += ["fwd_ig_booked_to", "wg_booked_to"]
+
+
+def layer_row(layer: LayerResult, index: int | None = None) -> list[Any]:
+    """One record's row of :func:`layer_rows` (``index`` overrides the layer's own)."""
+    row: list[Any] = [layer.index if index is None else index, layer.name, layer.fwd_compute_ns / 1000,
+                      layer.ig_compute_ns / 1000, layer.wg_compute_ns / 1000]
+    for cost, exposed_ns in ((layer.fwd, layer.fwd_exposed_ns), (layer.ig, layer.ig_exposed_ns),
+                             (layer.wg, layer.wg_exposed_ns)):
+        row += [cost.token, cost.comm_type or "", cost.group, cost.group_size, cost.size_bytes,
+                cost.time_ns / 1000, exposed_ns / 1000, cost.algbw_gibps, cost.busbw_gibps, cost.how]
+    row += [layer.booked_fwd_ig, layer.booked_wg]
+    return row
+
+
+def layer_rows(result: SimulationResult, header_only: bool = False) -> list[list[Any]]:
     """Our per-layer table: a header row, then one row per record (times in us, sizes in bytes,
     bandwidths in GiB/s)."""
-    header: list[Any] = ["index", "layer_name", "fwd_compute_us", "ig_compute_us", "wg_compute_us"]
-    for phase in PHASES:
-        header += [f"{phase}_comm_token", f"{phase}_comm_type", f"{phase}_group", f"{phase}_group_size",
-                   f"{phase}_size_bytes", f"{phase}_comm_us", f"{phase}_exposed_us", f"{phase}_algbw_gibps",
-                   f"{phase}_busbw_gibps", f"{phase}_cost_rule"]
-    header += ["fwd_ig_booked_to", "wg_booked_to"]
-    rows: list[list[Any]] = [header]
-    for layer in result.layers:
-        row: list[Any] = [layer.index, layer.name, layer.fwd_compute_ns / 1000, layer.ig_compute_ns / 1000,
-                          layer.wg_compute_ns / 1000]
-        for cost, exposed_ns in ((layer.fwd, layer.fwd_exposed_ns), (layer.ig, layer.ig_exposed_ns),
-                                 (layer.wg, layer.wg_exposed_ns)):
-            row += [cost.token, cost.comm_type or "", cost.group, cost.group_size, cost.size_bytes,
-                    cost.time_ns / 1000, exposed_ns / 1000, cost.algbw_gibps, cost.busbw_gibps, cost.how]
-        row += [layer.booked_fwd_ig, layer.booked_wg]
-        rows.append(row)
+    rows: list[list[Any]] = [list(LAYER_HEADER)]
+    if not header_only:
+        rows += [layer_row(layer, index) for layer, index in with_index(result.layers)]
     return rows
 
 

@@ -27,12 +27,14 @@ parser never marks a layer as starting a recompute, so its forward-in-backward p
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from operator import attrgetter
 
 from simulator import simai_tables
 from simulator.busbw_file import GROUP_SECTIONS
 from simulator.cfloat import f32
 from simulator.options import SimAIOptions
+from simulator.repeat import RepeatedLayers, repeat_segments, repeat_sum
 from simulator.result import CollectiveCost, LayerResult, SimulationResult, Totals
 from utils.errors import ConfigError, FormatError
 from workload_generator.simai import SimAIWorkload
@@ -125,9 +127,9 @@ class SimAIModel:
     def _groups_used(self) -> set[str]:
         """The groups the workload's comm columns run in (distinct tokens only: files are repetitive)."""
         records = self.workload.records
-        tokens = {("fwd", t) for t in {r.fwd_comm for r in records}}
-        tokens |= {("ig", t) for t in {r.ig_comm for r in records}}
-        tokens |= {("wg", t) for t in {r.wg_comm for r in records}}
+        tokens = {("fwd", t) for t in set(map(attrgetter("fwd_comm"), records))}
+        tokens |= {("ig", t) for t in set(map(attrgetter("ig_comm"), records))}
+        tokens |= {("wg", t) for t in set(map(attrgetter("wg_comm"), records))}
         return {classify(token, column)[1] for column, token in tokens}
 
     def _resolve_ep(self, groups: set[str]) -> int | None:
@@ -302,41 +304,11 @@ class SimAIModel:
 
     def run(self) -> SimulationResult:
         """Cost every record and add up SimAI's end-to-end terms (SIMAI_ANALYTICAL.md, "Exposure,
-        bubble, totals").  Sums run in SimAI's order so that the doubles match too."""
-        layers: list[LayerResult] = []
-        dp_us = dp_ep_us = tp_us = ep_us = compute_us = exposed_us = bubble_acc_us = 0.0
-        dp_keep, tp_keep, ep_keep = self.dp_keep, self.tp_keep, self.ep_keep
-        cost = self.cost
-        for index, r in enumerate(self.workload.records):
-            # SimAI scales compute times by its float compute_scale (1.0): a float32 round trip.
-            fwd_c, ig_c, wg_c = int(f32(r.fwd_compute_ns)), int(f32(r.ig_compute_ns)), int(f32(r.wg_compute_ns))
-            fwd = cost("fwd", r.fwd_comm, r.fwd_size_bytes)
-            ig = cost("ig", r.ig_comm, r.ig_size_bytes)
-            wg = cost("wg", r.wg_comm, r.wg_size_bytes)
-            if r.name != BUBBLE_EXCLUDED:
-                bubble_acc_us += (fwd.time_ns + fwd_c + wg_c + ig_c + ig.time_ns) / 1000.0
-            wg_exp = _expose(wg.time_ns, dp_keep)
-            booked_wg = "DP_EP" if wg.group == "DP_EP" else "DP"
-            if booked_wg == "DP_EP":
-                dp_ep_us += wg_exp / 1000.0
-            else:
-                dp_us += wg_exp / 1000.0
-            if fwd.group == "EP":
-                booked = "EP"
-                fwd_exp, ig_exp = _expose(fwd.time_ns, ep_keep), _expose(ig.time_ns, ep_keep)
-                ep_us += (fwd_exp + ig_exp) / 1000.0
-            else:
-                booked = "TP"
-                fwd_exp, ig_exp = _expose(fwd.time_ns, tp_keep), _expose(ig.time_ns, tp_keep)
-                tp_us += (fwd_exp + ig_exp) / 1000.0
-            compute_us += fwd_c / 1000.0
-            compute_us += wg_c / 1000.0
-            compute_us += ig_c / 1000.0
-            exposed_us += fwd_exp / 1000.0
-            exposed_us += wg_exp / 1000.0
-            exposed_us += ig_exp / 1000.0
-            layers.append(LayerResult(index, r.name, fwd_c, ig_c, wg_c, fwd, ig, wg, fwd_exp, ig_exp, wg_exp,
-                                      booked, booked_wg))
+        bubble, totals").  Sums run in SimAI's order so that the doubles match too; the ``ga``
+        micro-batch blocks of a file are costed once and their sums scaled exactly
+        (:func:`_run_records`)."""
+        layers, sums = _run_records(self)
+        dp_us, dp_ep_us, tp_us, ep_us, compute_us, exposed_us, bubble_acc_us = sums
         bubble_us = bubble_acc_us * (float(self.pp - 1) / (self.ga * self.vpp))
         pp_busbw = None
         pp_us = 0
@@ -358,6 +330,65 @@ class SimAIModel:
             ep_overlap=self.options.ep_overlap, pp_overlap=self.options.pp_overlap,
         )
         return SimulationResult("simai", self.workload.path, layers, totals, setup, list(self.warnings))
+
+
+# ---- the records, each repeated micro-batch block costed once ----------------------------------------
+
+_SUMS = ("dp", "dp_ep", "tp", "ep", "compute", "exposed", "bubble")
+"""The accumulators of :meth:`SimAIModel.run`, in the order :func:`_run_records` returns them."""
+
+
+def _run_records(model: SimAIModel) -> tuple[RepeatedLayers, tuple[float, ...]]:
+    """Every record's :class:`LayerResult` and the seven sums of :meth:`SimAIModel.run` (us).
+
+    The records are cut into segments (:func:`simulator.repeat.repeat_segments`: the ``ga``
+    micro-batch blocks a file unrolls, checked record by record); each distinct record is costed once,
+    and each sum adds a segment's terms ``repeat`` times with :func:`simulator.repeat.repeat_sum`, which
+    gives the same double as adding them one record at a time (a term a record does not book is added
+    as 0.0, which leaves a sum unchanged).  The result is identical to the unrolled loop to the bit."""
+    records = model.workload.records
+    dp_keep, tp_keep, ep_keep = model.dp_keep, model.tp_keep, model.ep_keep
+    cost = model.cost
+    sums = [0.0] * len(_SUMS)
+    parts: list[tuple[list[LayerResult], int]] = []
+    for start, length, times in repeat_segments(records, model.ga):
+        templates: list[LayerResult] = []
+        terms: list[list[float]] = [[] for _ in _SUMS]
+        dp, dp_ep, tp, ep, compute, exposed, bubble = terms
+        for index in range(start, start + length):
+            r = records[index]
+            # SimAI scales compute times by its float compute_scale (1.0): a float32 round trip.
+            fwd_c, ig_c, wg_c = int(f32(r.fwd_compute_ns)), int(f32(r.ig_compute_ns)), int(f32(r.wg_compute_ns))
+            fwd = cost("fwd", r.fwd_comm, r.fwd_size_bytes)
+            ig = cost("ig", r.ig_comm, r.ig_size_bytes)
+            wg = cost("wg", r.wg_comm, r.wg_size_bytes)
+            bubble.append((fwd.time_ns + fwd_c + wg_c + ig_c + ig.time_ns) / 1000.0 if r.name != BUBBLE_EXCLUDED else 0.0)
+            wg_exp = _expose(wg.time_ns, dp_keep)
+            booked_wg = "DP_EP" if wg.group == "DP_EP" else "DP"
+            dp_ep.append(wg_exp / 1000.0 if booked_wg == "DP_EP" else 0.0)
+            dp.append(0.0 if booked_wg == "DP_EP" else wg_exp / 1000.0)
+            if fwd.group == "EP":
+                booked = "EP"
+                fwd_exp, ig_exp = _expose(fwd.time_ns, ep_keep), _expose(ig.time_ns, ep_keep)
+                ep.append((fwd_exp + ig_exp) / 1000.0)
+                tp.append(0.0)
+            else:
+                booked = "TP"
+                fwd_exp, ig_exp = _expose(fwd.time_ns, tp_keep), _expose(ig.time_ns, tp_keep)
+                tp.append((fwd_exp + ig_exp) / 1000.0)
+                ep.append(0.0)
+            compute += (fwd_c / 1000.0, wg_c / 1000.0, ig_c / 1000.0)
+            exposed += (fwd_exp / 1000.0, wg_exp / 1000.0, ig_exp / 1000.0)
+            templates.append(LayerResult(index, r.name, fwd_c, ig_c, wg_c, fwd, ig, wg, fwd_exp, ig_exp, wg_exp,
+                                         booked, booked_wg))
+        for k, addends in enumerate(terms):
+            sums[k] = repeat_sum(sums[k], addends, times)
+        parts.append((templates, times))
+    return RepeatedLayers(parts, _reindexed), tuple(sums)
+
+
+def _reindexed(layer: LayerResult, index: int) -> LayerResult:
+    return replace(layer, index=index)
 
 
 def _expose(time_ns: int, keep: float) -> int:

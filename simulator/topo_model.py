@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from simulator import engine
@@ -36,17 +37,10 @@ from simulator.programs import (
     scripts_from_simai,
     scripts_from_workloads,
 )
-from simulator.result import (
-    CollectiveCost,
-    CollectiveRecord,
-    LayerResult,
-    LayerTimes,
-    SimulationResult,
-    StageResult,
-    TopoDetails,
-    Totals,
-)
+from simulator.repeat import RepeatedLayers, repeat_sum
+from simulator.result import CollectiveCost, LayerResult, SimulationResult, Totals
 from simulator.simai_model import report_bandwidths
+from simulator.topo_result import CollectiveRecord, Interval, LayerTimes, StageResult, TopoDetails
 from utils.errors import ConfigError
 from workload_generator.simai_tokens import classify
 
@@ -70,8 +64,11 @@ def comm_sm_share(options: TopoOptions, gpu_type: str | None) -> float:
     return nccl_sm_share(gpu_type) if known_gpu(gpu_type) else 0.0
 
 
-def build_fabric(topology: Any, options: TopoOptions, gpus: int) -> tuple[Any, LinkModel, list[str]]:
-    """The fabric and link model: a topology (path or :class:`topo.Topology`) or the derived two-tier one."""
+def build_fabric(topology: Any, options: TopoOptions, gpus: int, fabrics: dict | None = None,
+                 ) -> tuple[Any, LinkModel, list[str]]:
+    """The fabric and link model: a topology (path or :class:`topo.Topology`) or the derived two-tier one.
+    ``fabrics`` (a session's cache) keeps the fabric of each topology and rank count, with its placement,
+    group shapes and routes, across calls."""
     notes: list[str] = []
     if topology is None:
         gps = options.gpus_per_server
@@ -81,7 +78,13 @@ def build_fabric(topology: Any, options: TopoOptions, gpus: int) -> tuple[Any, L
         if gpus % gps:
             raise ConfigError(f"-g {gpus} GPUs is not a multiple of -g_p_s {gps} GPUs per server")
         nps = options.nics_per_server or gps
-        fabric = DerivedFabric(gpus, gps, nps, options.nvlink_gibps * 2**30, options.nic_gibps * 2**30, options.gpu_type)
+        key = ("derived", gpus, gps, nps, options.nvlink_gibps, options.nic_gibps, options.gpu_type)
+        fabric = fabrics.get(key) if fabrics is not None else None
+        if fabric is None:
+            fabric = DerivedFabric(gpus, gps, nps, options.nvlink_gibps * 2**30, options.nic_gibps * 2**30,
+                                   options.gpu_type)
+            if fabrics is not None:
+                fabrics[key] = fabric
         links = LinkModel(options.nvlink_efficiency or 1.0, options.nic_efficiency or 1.0, options.latency_scale)
         return fabric, links, notes
     from topo import Topology, read_topology
@@ -101,7 +104,13 @@ def build_fabric(topology: Any, options: TopoOptions, gpus: int) -> tuple[Any, L
         notes.append(f"{source} has {topo.gpu_count} GPUs; the {gpus} ranks use GPUs 0..{gpus - 1}")
     links = LinkModel(options.nvlink_efficiency or nvlink_efficiency(topo.gpu_type), options.nic_efficiency or NIC_EFFICIENCY,
                       options.latency_scale)
-    return TopologyFabric(topo, gpus), links, notes
+    key = (id(topo), gpus)
+    fabric = fabrics.get(key) if fabrics is not None else None
+    if fabric is None or fabric.topology is not topo:
+        fabric = TopologyFabric(topo, gpus)
+        if fabrics is not None:
+            fabrics[key] = fabric
+    return fabric, links, notes
 
 
 def nvlink_efficiency(gpu_type: str | None) -> float:
@@ -112,14 +121,17 @@ def nvlink_efficiency(gpu_type: str | None) -> float:
     return gpu_spec(gpu_type).nvlink_efficiency if known_gpu(gpu_type) else NVLINK_EFFICIENCY
 
 
-def load_scripts(workload: Any, options: TopoOptions) -> tuple[Scripts, Any, int, str, Any]:
+def load_scripts(workload: Any, options: TopoOptions, prices: dict | None = None,
+                 shorten: bool = True) -> tuple[Scripts, Any, int, str, Any]:
     """(scripts, job or None, gpus, workload path, the SimAI workload or None) from any accepted input:
-    a :class:`SimAIWorkload`, a path to one, a ``JobConfig``, or a list of per-stage Workloads."""
+    a :class:`SimAIWorkload`, a path to one, a ``JobConfig``, or a list of per-stage Workloads.
+    ``prices``: the compute model's prices a session keeps across jobs; ``shorten``: a job's long 1F1B
+    schedule may be built short of its middle cycles (see :data:`SHORT_CYCLES`)."""
     from utils.config import JobConfig
     from workload_generator.simai import SimAIWorkload
 
     if isinstance(workload, JobConfig):
-        return _job_scripts(workload, options)
+        return _job_scripts(workload, options, prices, shorten)
     if isinstance(workload, (list, tuple)):
         if not workload:
             raise ConfigError("no workloads given (expected one per pipeline stage)")
@@ -153,10 +165,16 @@ def load_scripts(workload: Any, options: TopoOptions) -> tuple[Scripts, Any, int
     return scripts, None, gpus, workload.path, workload
 
 
-def _job_scripts(job: Any, options: TopoOptions) -> tuple[Scripts, Any, int, str, None]:
+def _job_scripts(job: Any, options: TopoOptions, prices: dict | None = None,
+                 shorten: bool = True) -> tuple[Scripts, Any, int, str, None]:
     """Scripts of every pipeline stage of a Megatron job, straight from its generators; computation
     times from ``options.compute_time_ns``, else from the job's compute source (the compute model for
-    its ``gpu_type``, its ``comp_filepath``, or AIOB with ``aiob_enable``)."""
+    its ``gpu_type``, its ``comp_filepath``, or AIOB with ``aiob_enable``).
+
+    Stages with the same :meth:`~workload_generator.generator.WorkloadGenerator.stage_signature` (a
+    pipeline's middle stages) share one generator and its programs, their layers renumbered; the
+    compute model prices each distinct operation once (``prices``: a cache a session keeps across
+    jobs)."""
     from dataclasses import replace
 
     from workload_generator.compute_times import default_source, fill_job_times
@@ -175,7 +193,15 @@ def _job_scripts(job: Any, options: TopoOptions) -> tuple[Scripts, Any, int, str
     gpus = job.parallel.world_size
     if options.gpus is not None and options.gpus != gpus:
         raise ConfigError(f"-g {options.gpus} differs from the job's --world_size {gpus}")
-    gens = [generator_for(job, stage) for stage in range(job.parallel.pp)]
+    full_job, insert = job, 0
+    p = job.parallel
+    if shorten and p.pp > 1 and not p.interleaved and p.ga > p.pp + SHORT_CYCLES:
+        # the middle micro-batches run the same programs: build pp + SHORT_CYCLES of them, and the engine
+        # inserts the others once a cycle repeats
+        short = p.pp + SHORT_CYCLES
+        insert = p.ga - short
+        job = replace(job, parallel=replace(p, global_batch=p.global_batch // p.ga * short))
+    gens = stage_generators(job, generator_for)
     hook = options.compute_time_ns
     warnings: list[str] = []
     if hook is None:
@@ -183,38 +209,79 @@ def _job_scripts(job: Any, options: TopoOptions) -> tuple[Scripts, Any, int, str
         if source == "placeholder":
             raise ConfigError("simulating a job needs computation times: give --gpu_type (the compute model), "
                               "--comp_filepath FILE or --aiob_enable")
-        report = fill_job_times(_distinct_items(gens), job, source)
+        report = fill_job_times(_distinct_items(gens, job), job, source, prices=prices)
         warnings.append(report.summary())
     scripts = scripts_from_generators(gens, job, hook, options.overlap_grad_reduce, job.training.tp_comm_overlap)
     scripts.warnings[:0] = [w for w in warnings if "no time for" in w]
-    p = job.parallel
-    return scripts, job, gpus, f"{job.model.name} tp{p.tp} pp{p.pp} dp{p.dp}", None
+    scripts.insert = insert
+    scripts.layout["ga"] = full_job.parallel.ga
+    p = full_job.parallel
+    return scripts, full_job, gpus, f"{full_job.model.name} tp{p.tp} pp{p.pp} dp{p.dp}", None
 
 
-def _distinct_items(generators: Sequence) -> list:
-    """Every distinct item object of one iteration of each generator (each distinct step once)."""
+def stage_generators(job: Any, make: Callable[[Any, int], Any]) -> list:
+    """One generator per pipeline stage, shared by the stages with the same stage signature (built
+    for the first of them)."""
+    from workload_generator.entry import generator_class
+
+    signature = generator_class(job).stage_signature
+    by_signature: dict[object, Any] = {}
+    gens = []
+    for stage in range(job.parallel.pp):
+        key = signature(job, stage)
+        gen = by_signature.get(key) if key is not None else None
+        if gen is None:
+            gen = make(job, stage)
+            if key is not None:
+                by_signature[key] = gen
+        gens.append(gen)
+    return gens
+
+
+def _distinct_items(generators: Sequence, job: Any = None) -> list:
+    """Every distinct item object of one iteration of each stage (each distinct step once; a generator
+    that serves several stages gives the steps of each of their schedules)."""
+    from workload_generator.schedules import pipeline_schedule
+
     seen: dict[int, Any] = {}
-    for gen in generators:
-        keys: set = set()
-        for step in gen.schedule():
+    keys: dict[int, set] = {}
+    rests: set[int] = set()
+    for stage, gen in enumerate(generators):
+        own = job is None or getattr(gen, "pp_rank", stage) == stage
+        p = job.parallel if job is not None else None
+        steps = gen.schedule() if own else pipeline_schedule(p.pp, stage, p.ga, len(gen.layer_ranges()) or 1)
+        done = keys.setdefault(id(gen), set())
+        for step in steps:
             key = gen.step_key(step)
-            if key is not None and key in keys:
+            if key is not None and key in done:
                 continue
-            keys.add(key)
+            done.add(key)
             for item in gen.step_items(step):
                 seen.setdefault(id(item), item)
-        rest: list = []
-        gen.step(rest)
-        for item in rest:
-            seen.setdefault(id(item), item)
+        if id(gen) not in rests:
+            rests.add(id(gen))
+            rest: list = []
+            gen.step(rest)
+            for item in rest:
+                seen.setdefault(id(item), item)
     return list(seen.values())
+
+
+class NoPeriod(Exception):
+    """A shortened schedule (:data:`SHORT_CYCLES`) reached no repeating steady cycle to insert the rest at."""
+
+
+SHORT_CYCLES = 6
+"""Steady 1F1B cycles the first stage plays when a job's schedule is shortened: a job's micro-batches
+between the first and the last run the same programs, so :func:`_job_scripts` builds ``pp + 6`` of them
+and the engine inserts the others once a cycle repeats (:func:`simulator.engine.run`'s ``insert``)."""
 
 
 class TopoModel:
     """One ``--model topo`` simulation: scripts on a fabric.  :meth:`run` returns the result."""
 
     def __init__(self, scripts: Scripts, fabric: Any, links: LinkModel, options: TopoOptions, path: str,
-                 simai_workload: Any = None, notes: Sequence[str] = (), job: Any = None) -> None:
+                 simai_workload: Any = None, notes: Sequence[str] = (), job: Any = None, costs: dict | None = None) -> None:
         from utils.parallel import ParallelConfig
 
         self.scripts, self.fabric, self.links, self.options, self.path = scripts, fabric, links, options, path
@@ -228,10 +295,10 @@ class TopoModel:
                                     etp=lay.get("etp"), order=lay.get("order", "tp-cp-ep-dp-pp"))
         rg = self.pconf.rank_generator()
         self.rep = [rg.rank_at(pp=s) for s in range(self.pp)]
-        self._groups: dict[str, Any] = {}
         self._members: dict[tuple[str, int], Sequence[int]] = {}
         self._shapes: dict[tuple[str, int], Any] = {}
-        self._costs: dict[tuple[Any, str, int], Cost] = {}
+        self._costs: dict[tuple[Any, str, int, LinkModel], Cost] = {} if costs is None else costs
+        """NCCL's cost of each (group shape, collective, size, link model): a session's, across jobs."""
         self._stage_costs: dict[tuple[int, str, str, int], tuple[Cost, Any]] = {}
         self._op_counts: dict[int, Counter] = {}
         self._p2p: dict[tuple[int, str, int], tuple[Cost, Any]] = {}
@@ -243,26 +310,13 @@ class TopoModel:
     # ---- placement and costs -----------------------------------------------------------------
 
     def members(self, group: str, stage: int) -> Sequence[int]:
-        """Global ranks of the ``group`` that holds stage ``stage``'s representative rank."""
+        """Global ranks of the ``group`` that holds stage ``stage``'s representative rank (that rank alone
+        when no such group holds it, e.g. a middle stage's embedding group)."""
         key = (group, stage)
         found = self._members.get(key)
-        if found is not None:
-            return found
-        rank = self.rep[stage]
-        if group == "all_nodes":
-            found = range(self.world)
-        else:
-            import numpy as np
-
-            table = self._groups.get(group)
-            if table is None:
-                table = self._groups[group] = np.asarray(self.pconf.group_ranks(group), dtype=np.int64)
-            if table.size == 0:
-                found = [rank]
-            else:
-                rows = np.nonzero((table == rank).any(axis=1))[0]
-                found = table[rows[0]].tolist() if len(rows) else [rank]
-        self._members[key] = found
+        if found is None:
+            rank = self.rep[stage]
+            found = self._members[key] = self.pconf.group_of(rank, group) or [rank]
         return found
 
     def shape(self, group: str, stage: int):
@@ -282,7 +336,7 @@ class TopoModel:
         hit = self._stage_costs.get(key)
         if hit is None:
             shape = self.shape(group, stage)
-            shape_key = (shape, comm_type, size)
+            shape_key = (shape, comm_type, size, self.links)
             cost = self._costs.get(shape_key)
             if cost is None:
                 cost = self._costs[shape_key] = self.collective_cost(comm_type, size, shape, self.links)
@@ -314,39 +368,59 @@ class TopoModel:
         scripts = self.scripts.stages
         compiled: list[dict[int, engine.CompiledProgram]] = []
         occurrences: list[Counter] = []
-        groups = sorted({op.group for script in scripts for program in {id(p): p for p in script.programs if p}.values()
-                         for op in program.ops if op.group})
+        distinct = [dict(zip(map(id, script.programs), script.programs)) for script in scripts]
+        for table in distinct:
+            table.pop(id(None), None)
+        groups = sorted({op.group for table in distinct for program in table.values() for op in program.ops if op.group})
         shared: dict[tuple, engine.CompiledProgram] = {}
-        for script in scripts:
+        for script, programs in zip(scripts, distinct):
             s = script.stage
-            # stages whose groups have the same shapes share compiled programs (SimAI files: every stage)
+            # stages whose groups have the same shapes share compiled programs (SimAI files: every stage),
+            # and so do programs whose ops take the same times on two stages
             signature = tuple(self.shape(g, s) for g in groups)
             table: dict[int, engine.CompiledProgram] = {}
-            counts: Counter = Counter()
-            for program in script.programs:
-                if program is None:
-                    continue
-                counts[id(program)] += 1
-                if id(program) not in table:
-                    key = (id(program), signature)
-                    cp = shared.get(key)
+            counts: Counter = Counter(map(id, script.programs))
+            counts.pop(id(None), None)
+            for pid, program in programs.items():
+                key = (pid, signature)
+                cp = shared.get(key)
+                if cp is None:
+                    durations = [self.op_time(s, op) for op in program.ops]
+                    same_times = (pid, tuple(durations))
+                    cp = shared.get(same_times)
                     if cp is None:
-                        cp = shared[key] = engine.compile_program(program, [self.op_time(s, op) for op in program.ops],
-                                                                  self.contention)
-                    table[id(program)] = cp
+                        cp = shared[same_times] = engine.compile_program(program, durations, self.contention)
+                    shared[key] = cp
+                table[pid] = cp
             compiled.append(table)
             occurrences.append(counts)
 
         def members_of(group: str) -> Sequence[int]:
             return [0, self.pp - 1] if group == "embedding_group" else range(self.pp)
 
-        played = engine.run(scripts, compiled, lambda s, op, size: self.p2p(s, op, size)[0].time_s, self.op_time, members_of)
+        insert = self.scripts.insert
+        played = engine.run(scripts, compiled, lambda s, op, size: self.p2p(s, op, size)[0].time_s, self.op_time, members_of,
+                            insert=insert)
+        if insert and not played.inserted:
+            raise NoPeriod
+        flops = [script.flops for script in scripts]
+        extra_steps: list[Counter] = [Counter() for _ in scripts]
+        if insert:  # the schedules are short of `insert` steady cycles: count them in
+            for i, (script, t) in enumerate(zip(scripts, played.stages)):
+                r = t.repeat
+                cycle = range(r.first_step, r.first_step + r.steps)
+                for k in cycle:
+                    program = script.programs[k]
+                    if program is not None:
+                        occurrences[i][id(program)] += r.times
+                        if flops[i] is not None:
+                            flops[i] += r.times * program.work
+                    extra_steps[i][k] = r.times
         iteration_s = played.iteration_s
-        stages = [self._stage_result(t, played.iteration_s, scripts[t.stage].flops) for t in played.stages]
+        stages = [self._stage_result(t, played.iteration_s, flops[t.stage]) for t in played.stages]
         reported = min(range(len(stages)), key=lambda s: (stages[s].bubble_us, s))
         layer_times = self._layer_times(scripts, compiled, occurrences, played)
-        collectives = self._collectives(scripts, occurrences)
-        flops = [script.flops for script in scripts]
+        collectives = self._collectives(scripts, occurrences, extra_steps)
         peak = peak_tflops(self.options, self.fabric.gpu_type)
         model_flops = None
         mfu = None
@@ -368,7 +442,7 @@ class TopoModel:
         layers = self._simai_layers(scripts[reported], compiled[reported], played.stages[reported]) \
             if self.simai is not None else self._workload_layers(scripts[reported], compiled[reported], played.stages[reported])
 
-        def intervals() -> list[engine.Interval]:
+        def intervals() -> list[Interval]:
             return trace_intervals(scripts, compiled, played)
 
         details = TopoDetails(iteration_s * 1e6, reported, stages, collectives, layer_times, mfu, model_flops, peak,
@@ -406,7 +480,7 @@ class TopoModel:
         out: dict[tuple[int, int], float] = {}
         if t.grad_wait_s is None:
             return out
-        for start, end, _cat, step_index, op_index in t.grad_instances:
+        for start, end, _cat, step_index, op_index in t.all_grad_instances():
             out[(step_index, op_index)] = max(0.0, end - max(start, t.grad_wait_s))
         return out
 
@@ -418,19 +492,19 @@ class TopoModel:
                 cp = table[pid]
                 fwd = cp.program.kind == "F"
                 for layer, (comp, comm, exposed) in cp.layers.items():
-                    a = acc[layer]
+                    a = acc[script.layer(layer)]
                     a[0 if fwd else 1] += comp * n
                     a[2] += comm * n
                     a[3] += exposed * n
             exposure = self._grad_exposure(t)
             for (step_index, op_index), seconds in exposure.items():
                 program = script.programs[step_index]
-                acc[program.ops[op_index].layer][3] += seconds
+                acc[script.layer(program.ops[op_index].layer)][3] += seconds
             for op in script.step_program.ops:
                 if op.kind == GRAD_WAIT:
                     continue
                 d = self.op_time(script.stage, op)
-                a = acc[op.layer]
+                a = acc[script.layer(op.layer)]
                 if op.kind == COMPUTE:
                     a[1] += d
                 else:
@@ -440,7 +514,9 @@ class TopoModel:
                 rows.append(LayerTimes(script.stage, layer, f * 1e6, b * 1e6, comm * 1e6, exposed * 1e6))
         return rows
 
-    def _collectives(self, scripts, occurrences) -> list[CollectiveRecord]:
+    def _collectives(self, scripts, occurrences, extra_steps=None) -> list[CollectiveRecord]:
+        """Every distinct collective with its count per iteration (``extra_steps[stage]``: step index ->
+        how many more times the step runs than the schedule lists, for inserted cycles)."""
         counts: dict[tuple, list] = {}
         programs: dict[int, Any] = {}
         for script, occ in zip(scripts, occurrences):
@@ -456,16 +532,20 @@ class TopoModel:
                     entry = counts.setdefault(key, [cost, 0, set()])
                     entry[1] += n * k
                     entry[2].add(script.stage)
-            for step, sizes in zip(script.steps, script.p2p_sizes):
+            steps = dict(zip(map(id, script.steps), script.steps))
+            p2p_counts = Counter(zip(map(id, script.steps), script.p2p_sizes))
+            for k, times in (extra_steps[script.stage] if extra_steps else {}).items():
+                p2p_counts[(id(script.steps[k]), script.p2p_sizes[k])] += times
+            for (step_id, sizes), n in p2p_counts.items():
                 if sizes is None:
                     continue
-                for op, size in zip(step.ops, sizes):
+                for op, size in zip(steps[step_id].ops, sizes):
                     if not op.startswith("send"):
                         continue
                     cost, route = self.p2p(script.stage, op, size)
                     key = ("pp_group", op, size, route)
                     entry = counts.setdefault(key, [cost, 0, set()])
-                    entry[1] += 1
+                    entry[1] += n
                     entry[2].add(script.stage)
         rows = []
         for (group, ctype, size, shape), (cost, count, stages) in counts.items():
@@ -491,69 +571,193 @@ class TopoModel:
                 (op.group, op.comm_type, op.size) for op in program.ops if op.kind != COMPUTE and op.comm_type)
         return counts
 
-    def _per_op_columns(self, script, table, t) -> tuple[dict, dict]:
-        """For the reported stage: per (layer key or record, column) compute ns and comm lists."""
+    def _per_op_columns(self, script, table, t, microbatches: set[int] | None = None) -> tuple[dict, dict]:
+        """For the reported stage: per (layer key or record, column) compute seconds and comm entries
+        ``(seconds, exposed seconds, op, occurrences)``, over every F/B step of the iteration (the
+        extrapolated cycles of :attr:`engine.StageTimes.repeat` added as one entry per op, their compute
+        summed as the unrolled steps would add it)."""
         compute: dict[tuple, float] = defaultdict(float)
-        comms: dict[tuple, list] = defaultdict(list)  # (time_s, exposed_s, op, cost, shape)
+        comms: dict[tuple, list] = defaultdict(list)
         exposure = self._grad_exposure(t)
-        for _start, step_index, _mb, _chunk in t.runs:
+        simai = self.simai is not None
+
+        shifts = script.record_shift
+        laid_out: dict[tuple[int, int], list[tuple]] = {}
+
+        def ops_of(step_index: int) -> list[tuple]:
+            """(op index, op, seconds, key) of a step's program (keys shifted to its records), once per
+            program and shift."""
             program = script.programs[step_index]
-            cp = table[id(program)]
-            for op_index, (op, d) in enumerate(zip(program.ops, cp.durations)):
-                column = op.phase if op.phase in ("fwd", "ig", "wg") else ("fwd" if program.kind == "F" else "ig")
-                key = (op.record if self.simai is not None else op.layer, column)
-                if op.kind == COMPUTE:
-                    compute[key] += d
-                    continue
-                if op.kind == GRAD:
-                    exposed = exposure.get((step_index, op_index), 0.0)
-                    key = (key[0], "wg")
-                elif op.kind in (COMM, SYNC):
-                    exposed = d
-                else:
-                    exposed = 0.0
-                comms[key].append((d, exposed, op))
+            shift = shifts[step_index] if shifts is not None else 0
+            found = laid_out.get((id(program), shift))
+            if found is None:
+                found = laid_out[(id(program), shift)] = [
+                    (op_index, op, d, (op.record + shift if simai else script.layer(op.layer),
+                                       op.phase if op.phase in ("fwd", "ig", "wg") else ("fwd" if program.kind == "F" else "ig")))
+                    for op_index, (op, d) in enumerate(zip(program.ops, table[id(program)].durations))]
+            return found
+
+        def play(runs) -> None:
+            for _start, step_index, _mb, _chunk in runs:
+                for op_index, op, d, key in ops_of(step_index):
+                    kind = op.kind
+                    if kind == COMPUTE:
+                        compute[key] += d
+                        continue
+                    if kind == GRAD:
+                        exposed = exposure.get((step_index, op_index), 0.0)
+                        key = (key[0], "wg")
+                    elif kind == COMM or kind == SYNC:
+                        exposed = d
+                    else:
+                        exposed = 0.0
+                    comms[key].append((d, exposed, op, 1))
+
+        r = t.repeat
+        if microbatches is not None:  # only these micro-batches' steps (their blocks stand for the others)
+            play(run for run in t.all_runs() if run[2] in microbatches)
+        elif r is None:
+            play(t.runs)
+        elif shifts is not None:  # the repeated micro-batches are other records: play them out
+            play(t.all_runs())
+        else:
+            lo, hi = r.runs_span
+            play(t.runs[:hi])
+            addends: dict[tuple, list[float]] = defaultdict(list)
+            for _start, step_index, _mb, _chunk in t.runs[lo:hi]:
+                for op_index, op, d, key in ops_of(step_index):
+                    if op.kind == COMPUTE:
+                        addends[key].append(d)
+                    elif op.kind == GRAD:
+                        exposed = sum(exposure.get((step_index + k * r.step_shift, op_index), 0.0)
+                                      for k in range(1, r.times + 1))
+                        comms[(key[0], "wg")].append((d * r.times, exposed, op, r.times))
+                    else:
+                        comms[key].append((d * r.times, d * r.times if op.kind in (COMM, SYNC) else 0.0, op, r.times))
+            for key, values in addends.items():
+                compute[key] = repeat_sum(compute[key], values, r.times)
+            play(t.runs[hi:])
         for op in script.step_program.ops:
             if op.kind == GRAD_WAIT:
                 continue
             d = self.op_time(script.stage, op)
             column = op.phase if op.phase in ("fwd", "ig", "wg") else ("wg" if op.group in ("dp_group", "ep_dp_group")
                                                                        else "fwd")
-            key = (op.record if self.simai is not None else op.layer, column)
+            key = (op.record if self.simai is not None else script.layer(op.layer), column)
             if op.kind == COMPUTE:
                 compute[key] += d
             else:
-                comms[key].append((d, d if op.kind != ASYNC else 0.0, op))
+                comms[key].append((d, d if op.kind != ASYNC else 0.0, op, 1))
         return compute, comms
 
-    def _simai_layers(self, script, table, t) -> list[LayerResult]:
-        compute, comms = self._per_op_columns(script, table, t)
-        out = []
-        for index, r in enumerate(self.simai.records):
+    def _simai_layers(self, script, table, t) -> RepeatedLayers:
+        """One EndToEnd row per record of the SimAI file, for the reported stage.  Rows alike share one
+        :class:`LayerResult` and its costs; micro-batch blocks that share programs (record for record
+        alike) are costed from their template block, each keeping its own gradient buckets' exposure,
+        and consecutive blocks of the same rows are held once (:class:`simulator.repeat.RepeatedLayers`)."""
+        records = self.simai.records
+        shifts = script.record_shift
+        ga = self.scripts.layout["ga"]
+        found = None
+        if shifts is not None:
+            from simulator.repeat import find_blocks
+
+            found = find_blocks([r.name for r in records], ga)
+        if found is None:
+            compute, comms = self._per_op_columns(script, table, t)
+            out = self._simai_rows(script, compute, comms, range(len(records)), {}, {})
+            return RepeatedLayers(_repeated_parts(out, records, ga), _reindexed)
+        first, length = found
+        steps = script.steps
+        backward: dict[int, int] = {}
+        forward: dict[int, int] = {}
+        for i, st in enumerate(steps):
+            if st.kind == "B":
+                backward[st.microbatch] = i
+            elif st.kind == "F":
+                forward[st.microbatch] = i
+        own = {b for b in range(ga) if shifts[forward[b]] == 0}  # template blocks: their own records
+        compute, comms = self._per_op_columns(script, table, t, own)
+        costs: dict[tuple, CollectiveCost] = {}
+        rows: dict[tuple, LayerResult] = {}
+        inside = range(first, first + ga * length)
+        template_records = [i for i in range(len(records)) if i not in inside or (i - first) // length in own]
+        by_record = dict(zip(template_records, self._simai_rows(script, compute, comms, template_records, costs, rows)))
+        exposure = self._grad_exposure(t)
+        out: list[LayerResult] = [by_record[i] for i in range(first)]
+        for b in range(ga):
+            shift = shifts[forward[b]]
+            if not shift:
+                out += [by_record[first + b * length + k] for k in range(length)]
+                continue
+            program = script.programs[backward[b]]
+            grads = {id(op): exposure.get((backward[b], k), 0.0) for k, op in enumerate(program.ops) if op.kind == GRAD}
+            for k in range(length):
+                index = first + b * length + k
+                template = by_record[index - shift]
+                entries = comms.get((index - shift, "wg"), ())
+                if not grads or not any(op.kind == GRAD for _, _, op, _ in entries):
+                    out.append(template)
+                    continue
+                wg_exposed = int(round(sum(grads.get(id(op), 0.0) if op.kind == GRAD else e for _, e, op, _ in entries) * 1e9))
+                content = (template.name, template.fwd_compute_ns, template.ig_compute_ns, template.wg_compute_ns,
+                           id(template.fwd), id(template.ig), id(template.wg), template.fwd_exposed_ns,
+                           template.ig_exposed_ns, wg_exposed)
+                row = rows.get(content)
+                if row is None:
+                    row = rows[content] = replace(template, index=index, wg_exposed_ns=wg_exposed)
+                out.append(row)
+        out += [by_record[i] for i in range(first + ga * length, len(records))]
+        return RepeatedLayers(_repeated_parts(out, records, ga), _reindexed)
+
+    def _simai_rows(self, script, compute: dict, comms: dict, indices, costs: dict, rows: dict) -> list[LayerResult]:
+        """The rows of the records ``indices`` from per (record, column) compute and comm entries; ``costs``
+        and ``rows`` share alike cost columns and rows."""
+        kinds: dict[tuple[str, str], tuple[str | None, str]] = {}
+        records = self.simai.records
+        out: list[LayerResult] = []
+        for index in indices:
+            r = records[index]
             columns = []
             exposed_ns = []
             for column in ("fwd", "ig", "wg"):
                 token, size = getattr(r, f"{column}_comm"), getattr(r, f"{column}_size_bytes")
-                entries = comms.get((index, column), [])
-                comm_type, group = classify(token, column)
+                entries = comms.get((index, column), ())
+                kind = kinds.get((token, column))
+                if kind is None:
+                    kind = kinds[(token, column)] = classify(token, column)
                 if entries:
                     op = entries[0][2]
                     cost, shape = self.cost(script.stage, op)
-                    time_ns = int(round(cost.time_s * 1e9))
-                    n = shape.n
-                    how = f"{cost.algorithm}/{cost.protocol}" if cost.algorithm != "none" else "none"
+                    key = (token, column, size, id(cost), shape.n)
                 else:
-                    time_ns, n, how = 0, 0, "none"
-                algbw, busbw = report_bandwidths(comm_type, max(n, 1), size, time_ns)
-                model_bw = busbw if time_ns else None
-                columns.append(CollectiveCost(token, comm_type, group, n, size, time_ns, how, 1.0, model_bw, algbw, busbw))
-                exposed_ns.append(int(round(sum(e for _, e, _ in entries) * 1e9)))
+                    cost, key = None, (token, column, size)
+                found = costs.get(key)
+                if found is None:
+                    comm_type, group = kind
+                    if cost is not None:
+                        time_ns = int(round(cost.time_s * 1e9))
+                        n = shape.n
+                        how = f"{cost.algorithm}/{cost.protocol}" if cost.algorithm != "none" else "none"
+                    else:
+                        time_ns, n, how = 0, 0, "none"
+                    algbw, busbw = report_bandwidths(comm_type, max(n, 1), size, time_ns)
+                    model_bw = busbw if time_ns else None
+                    found = costs[key] = CollectiveCost(token, comm_type, group, n, size, time_ns, how, 1.0, model_bw,
+                                                        algbw, busbw)
+                columns.append(found)
+                exposed_ns.append(int(round(sum(e for _, e, _, _ in entries) * 1e9)) if entries else 0)
             fwd, ig, wg = columns
-            out.append(LayerResult(index, r.name, int(round(compute.get((index, "fwd"), 0.0) * 1e9)),
-                                   int(round(compute.get((index, "ig"), 0.0) * 1e9)),
-                                   int(round(compute.get((index, "wg"), 0.0) * 1e9)), fwd, ig, wg,
-                                   exposed_ns[0], exposed_ns[1], exposed_ns[2],
-                                   "EP" if fwd.group == "EP" else "TP", "DP_EP" if wg.group == "DP_EP" else "DP"))
+            content = (r.name, int(round(compute.get((index, "fwd"), 0.0) * 1e9)),
+                       int(round(compute.get((index, "ig"), 0.0) * 1e9)), int(round(compute.get((index, "wg"), 0.0) * 1e9)),
+                       id(fwd), id(ig), id(wg), *exposed_ns)
+            row = rows.get(content)
+            if row is None:
+                row = rows[content] = LayerResult(index, r.name, content[1], content[2], content[3], fwd, ig, wg,
+                                                  exposed_ns[0], exposed_ns[1], exposed_ns[2],
+                                                  "EP" if fwd.group == "EP" else "TP",
+                                                  "DP_EP" if wg.group == "DP_EP" else "DP")
+            out.append(row)
         return out
 
     def _workload_layers(self, script, table, t) -> list[LayerResult]:
@@ -566,7 +770,7 @@ class TopoModel:
             for column in ("fwd", "ig", "wg"):
                 entries = comms.get((name, column), [])
                 columns.append(_aggregate_cost(entries))
-                exposed_ns.append(int(round(sum(e for _, e, _ in entries) * 1e9)))
+                exposed_ns.append(int(round(sum(e for _, e, _, _ in entries) * 1e9)))
             fwd, ig, wg = columns
             out.append(LayerResult(index, name, int(round(compute.get((name, "fwd"), 0.0) * 1e9)),
                                    int(round(compute.get((name, "ig"), 0.0) * 1e9)),
@@ -574,6 +778,33 @@ class TopoModel:
                                    exposed_ns[0], exposed_ns[1], exposed_ns[2],
                                    "EP" if fwd.group == "EP" else "TP", "DP_EP" if wg.group == "DP_EP" else "DP"))
         return out
+
+
+def _repeated_parts(rows: list[LayerResult], records: Sequence, ga: int) -> list[tuple[list[LayerResult], int]]:
+    """``rows`` (one per record, alike rows the same object) as (templates, times) parts: consecutive
+    micro-batch blocks whose rows are the same objects become one part."""
+    from simulator.repeat import find_blocks
+
+    found = find_blocks([r.name for r in records], ga) if ga > 1 else None
+    if found is None:
+        return [(rows, 1)]
+    first, length = found
+    parts: list[tuple[list[LayerResult], int]] = [(rows[:first], 1)] if first else []
+    for b in range(ga):
+        block = rows[first + b * length:first + (b + 1) * length]
+        if parts and parts[-1][1] >= 1 and len(parts[-1][0]) == length and b > 0 and all(
+                x is y for x, y in zip(parts[-1][0], block)):
+            parts[-1] = (parts[-1][0], parts[-1][1] + 1)
+        else:
+            parts.append((block, 1))
+    end = first + ga * length
+    if end < len(rows):
+        parts.append((rows[end:], 1))
+    return parts
+
+
+def _reindexed(layer: LayerResult, index: int) -> LayerResult:
+    return replace(layer, index=index)
 
 
 _SIMAI_LABEL = {"tp_group": "TP", "ep_tp_group": "TP", "ep_group": "EP", "dp_group": "DP", "ep_dp_group": "DP_EP"}
@@ -585,10 +816,10 @@ def _aggregate_cost(entries: list) -> CollectiveCost:
     the collectives mix group sizes)."""
     if not entries:
         return CollectiveCost("NONE", None, "", 0, 0, 0, "none", 1.0, None, math.nan, 0.0)
-    types = sorted({op.comm_type for _, _, op in entries})
-    groups = sorted({_SIMAI_LABEL.get(op.group, "OTHER") for _, _, op in entries})
-    size = sum(op.size for _, _, op in entries)
-    time_ns = int(round(sum(d for d, _, _ in entries) * 1e9))
+    types = sorted({op.comm_type for _, _, op, _ in entries})
+    groups = sorted({_SIMAI_LABEL.get(op.group, "OTHER") for _, _, op, _ in entries})
+    size = sum(op.size * n for _, _, op, n in entries)
+    time_ns = int(round(sum(d for d, _, _, _ in entries) * 1e9))
     comm_type = types[0] if len(types) == 1 else None
     group = groups[0] if len(groups) == 1 else "+".join(groups)
     algbw = size / 2**30 / (time_ns * 1e-9) if time_ns else (math.nan if size == 0 else math.inf)
@@ -602,36 +833,45 @@ def _stage_list(stages: set[int]) -> str:
     return " ".join(map(str, ordered))
 
 
-def trace_intervals(scripts, compiled, played: engine.EngineResult) -> list[engine.Interval]:
+def trace_intervals(scripts, compiled, played: engine.EngineResult) -> list[Interval]:
     """Every interval of the iteration: F/B programs expanded at their start times, p2p calls,
-    gradient buckets, step-program ops."""
-    out: list[engine.Interval] = []
-    Interval = engine.Interval
+    gradient buckets, step-program ops (the extrapolated steady cycles included)."""
+    out: list[Interval] = []
     for script, table, t in zip(scripts, compiled, played.stages):
         s = script.stage
-        for start, step_index, mb, _chunk in t.runs:
+        for start, step_index, mb, _chunk in t.all_runs():
             program = script.programs[step_index]
             cp = table[id(program)]
             for offset, d, stream, cat, name, layer in cp.intervals:
                 if d > 0:
-                    out.append(Interval(s, stream, start + offset, d, cat, name, layer, mb))
-        out.extend(i for i in t.extra if i.duration_s > 0)
-        for g_start, g_end, cat, step_index, op_index in t.grad_instances:
+                    out.append(Interval(s, stream, start + offset, d, cat, script.rename(name), script.layer(layer), mb))
+        out.extend(Interval(s, stream, start, d, cat, script.rename(name), script.layer(layer))
+                   for stream, start, d, cat, name, layer in t.all_extra() if d > 0)
+        for g_start, g_end, cat, step_index, op_index in t.all_grad_instances():
             op = script.programs[step_index].ops[op_index]
             if g_end > g_start:
-                out.append(Interval(s, "grad sync", g_start, g_end - g_start, cat, op.name, op.layer,
-                                    script.steps[step_index].microbatch))
+                r = t.repeat
+                later = r.times if r is not None and r.inserted and step_index >= r.first_step + r.steps else 0
+                out.append(Interval(s, "grad sync", g_start, g_end - g_start, cat, script.rename(op.name),
+                                    script.layer(op.layer), script.steps[step_index].microbatch + later))
     return out
 
 
-def run_topo(workload: Any, topology: Any, options: TopoOptions | None) -> SimulationResult:
-    """``--model topo`` from any accepted workload input and a topology (path, Topology or None)."""
+def run_topo(workload: Any, topology: Any, options: TopoOptions | None, caches: dict | None = None) -> SimulationResult:
+    """``--model topo`` from any accepted workload input and a topology (path, Topology or None).
+    ``caches`` (``fabrics``, ``costs``, ``prices`` dicts; :class:`simulator.session.TopoSession` keeps
+    them) carry the per-topology work and the compute model's prices from one call to the next."""
     options = options or TopoOptions()
     if not isinstance(options, TopoOptions):
         raise TypeError(f"the topo model takes TopoOptions, got {type(options).__name__}")
-    scripts, job, gpus, path, simai = load_scripts(workload, options)
-    fabric, links, notes = build_fabric(topology, options, gpus)
-    return TopoModel(scripts, fabric, links, options, path, simai, notes, job).run()
+    caches = caches if caches is not None else {}
+    scripts, job, gpus, path, simai = load_scripts(workload, options, caches.get("prices"))
+    fabric, links, notes = build_fabric(topology, options, gpus, caches.get("fabrics"))
+    try:
+        return TopoModel(scripts, fabric, links, options, path, simai, notes, job, caches.get("costs")).run()
+    except NoPeriod:  # the shortened schedule never settled into a repeating cycle: play the whole one
+        scripts, job, gpus, path, simai = load_scripts(workload, options, caches.get("prices"), shorten=False)
+        return TopoModel(scripts, fabric, links, options, path, simai, notes, job, caches.get("costs")).run()
 
 
 __all__ = ["TopoModel", "run_topo", "build_fabric", "load_scripts", "peak_tflops"]

@@ -39,3 +39,14 @@ def test_simai_lenient_prefix_matching():
     assert simai_match("REDUCESCATTER_DP_EP") == (CommType.reduce_scatter, "DP_EP")
     assert simai_match("ALLGATHER_TP") == (CommType.all_gather, "OTHER")
     assert simai_match("BROADCAST") == (None, "")
+
+
+def test_token_values_are_the_work_item_types():
+    # the tokens' collectives are kept as CommType values (strings) so that reading a file needs no
+    # work-item module; they must name CommType members
+    from utils.workload import CommType
+    from workload_generator import simai_tokens
+
+    assert {simai_match(name)[0] for name in simai_tokens._NAME_TO_VALUE} == simai_tokens.SIMAI_COMM_TYPES
+    assert {CommType(v) for v in simai_tokens._NAME_TO_VALUE.values()} == {CommType.all_reduce, CommType.all_gather,
+                                                                           CommType.reduce_scatter, CommType.all_to_all}

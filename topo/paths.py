@@ -70,33 +70,54 @@ _Attachment = tuple[tuple[int, float, float], ...]
 
 class Router:
     """Path queries over one :class:`~topo.topology.Topology` (built lazily by its :meth:`path`; it
-    imports this module, so the type is not imported here)."""
+    imports this module, so the type is not imported here).
+
+    Per-GPU links are kept as sorted arrays and turned into attachments only for the GPUs asked
+    about; the network between two attachments is searched from both ends at once (so a query on a
+    fabric of 131,072 GPUs visits the switches near the two GPUs, not the whole fabric); and the
+    maximum flow is solved only when the lowest-id path alone does not already reach the bound every
+    flow has (the smaller of the two GPUs' total link bandwidths into the shortest paths)."""
 
     def __init__(self, topo: Any):
         self.topo = topo
         kind, s, d = topo.node_kind, topo.src, topo.dst
         self._bw, self._lat = topo.bandwidth_bps, topo.latency_s
-        self._attach = {k: self._by_gpu(k) for k in (NVSWITCH, PACKET_SWITCH)}
+        self._links = {k: self._gpu_csr(k) for k in (NVSWITCH, PACKET_SWITCH)}
+        self._attach: dict[tuple[int, int], _Attachment] = {}
         # switch-to-switch adjacency (CSR, both directions), the only links that forward traffic
         packet = np.flatnonzero((kind[s] == PACKET_SWITCH) & (kind[d] == PACKET_SWITCH))
         u = np.concatenate([s[packet], d[packet]])
         v = np.concatenate([d[packet], s[packet]])
         e = np.concatenate([packet, packet])
-        order = np.lexsort((e, u))
+        order = np.argsort(u * len(s) + e)  # by switch, then by link
         self._nbr, self._edge = v[order], e[order]
         self._ptr = np.concatenate([[0], np.cumsum(np.bincount(u, minlength=topo.node_count))])
-        self._cache: dict[tuple[_Attachment, _Attachment], tuple] = {}
+        self._cache: dict[tuple[_Attachment, _Attachment], tuple | None] = {}
 
-    def _by_gpu(self, other_kind: int) -> list[_Attachment]:
+    def _gpu_csr(self, other_kind: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(other end, link index, per-GPU offsets) of the GPU links to ``other_kind``, by GPU then file order."""
         gpu, other, idx = self.topo._gpu_links(other_kind)
-        out: list[list[tuple[int, float, float]]] = [[] for _ in range(self.topo.gpu_count)]
-        for g, o, i in zip(gpu.tolist(), other.tolist(), idx.tolist()):
-            out[g].append((o, float(self._bw[i]), float(self._lat[i])))
-        return [tuple(a) for a in out]
+        if len(gpu) > 1 and (gpu[1:] >= gpu[:-1]).all():  # generated files list each GPU's links together
+            order = np.arange(len(gpu))
+        else:
+            order = np.argsort(gpu, kind="stable")
+        ptr = np.concatenate([[0], np.cumsum(np.bincount(gpu, minlength=self.topo.gpu_count))])
+        return other[order], idx[order], ptr
+
+    def _attachment(self, gpu: int, other_kind: int) -> _Attachment:
+        key = (gpu, other_kind)
+        found = self._attach.get(key)
+        if found is None:
+            other, idx, ptr = self._links[other_kind]
+            lo, hi = int(ptr[gpu]), int(ptr[gpu + 1])
+            links = idx[lo:hi].tolist()
+            found = self._attach[key] = tuple(zip(other[lo:hi].tolist(), self._bw[links].tolist(),
+                                                  self._lat[links].tolist()))
+        return found
 
     def attachments(self, gpu: int, network: bool) -> tuple[int, ...]:
         """Switches GPU ``gpu`` links to: packet switches (``network``) or NVSwitches, file order."""
-        return tuple(sw for sw, _, _ in self._attach[PACKET_SWITCH if network else NVSWITCH][gpu])
+        return tuple(sw for sw, _, _ in self._attachment(gpu, PACKET_SWITCH if network else NVSWITCH))
 
     def path(self, a: int, b: int) -> Path:
         topo = self.topo
@@ -105,11 +126,11 @@ class Router:
                 raise ValueError(f"{g} is not a GPU id (GPUs are 0..{topo.gpu_count - 1})")
         if a == b:
             raise ValueError(f"path from GPU {a} to itself")
-        nv_a, nv_b = self._attach[NVSWITCH][a], self._attach[NVSWITCH][b]
+        nv_a, nv_b = self._attachment(a, NVSWITCH), self._attachment(b, NVSWITCH)
         shared = {sw for sw, _, _ in nv_a} & {sw for sw, _, _ in nv_b}
         if shared:
             return _nvlink_path(a, b, nv_a, nv_b, shared)
-        key = (self._attach[PACKET_SWITCH][a], self._attach[PACKET_SWITCH][b])
+        key = (self._attachment(a, PACKET_SWITCH), self._attachment(b, PACKET_SWITCH))
         if key not in self._cache:
             self._cache[key] = self._network(*key)
         result = self._cache[key]
@@ -126,64 +147,87 @@ class Router:
         return np.repeat(nodes, counts), self._nbr[pos], self._edge[pos]
 
     def _network(self, att_a: _Attachment, att_b: _Attachment) -> tuple | None:
-        topo = self.topo
+        """The shortest-path DAG between two attachments, searched from both ends: each step grows the
+        smaller frontier by one hop until the two searches meet (at hop ``ra`` from a's switches and
+        ``rb`` from b's, so the shortest switch path has ``ra + rb`` hops); the DAG's layers are then
+        the frontier nodes that reach the meeting layer one hop at a time on either side."""
         if not att_a or not att_b:
             return None
-        dist = np.full(topo.node_count, -1, dtype=np.int64)
-        frontier = np.unique([sw for sw, _, _ in att_a])
-        targets = np.unique([sw for sw, _, _ in att_b])
-        dist[frontier] = 1
-        depth = 1
-        while not (dist[targets] == depth).any():
-            _, nbr, _ = self._neighbours(frontier)
-            frontier = np.unique(nbr[dist[nbr] < 0])
-            if not len(frontier):
+        n = self.topo.node_count
+        dist = [np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)]
+        rings = [[np.unique([sw for sw, _, _ in att_a])], [np.unique([sw for sw, _, _ in att_b])]]
+        dist[0][rings[0][0]] = 0
+        dist[1][rings[1][0]] = 0
+        meet = rings[0][0][dist[1][rings[0][0]] == 0]
+        while not len(meet):
+            # grow the smaller frontier; its new nodes that the other search has seen lie at the other
+            # search's radius (nothing nearer met before), so they are the meeting layer
+            side = 0 if len(rings[0][-1]) <= len(rings[1][-1]) else 1
+            _, nbr, _ = self._neighbours(rings[side][-1])
+            new = np.unique(nbr[dist[side][nbr] < 0])
+            if not len(new):
                 return None
-            depth += 1
-            dist[frontier] = depth
-        # layers[k] = switches at distance k+1 from a that lie on a shortest path to b
-        layers = [targets[dist[targets] == depth]]
-        pairs: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        for k in range(depth - 1, 0, -1):
-            nxt, prev, link = self._neighbours(layers[0])
-            keep = dist[prev] == k
-            nxt, prev, link = nxt[keep], prev[keep], link[keep]
-            pairs.insert(0, (prev, nxt, link))
-            layers.insert(0, np.unique(prev))
-        return self._solve(att_a, att_b, layers, pairs)
+            dist[side][new] = len(rings[side])
+            rings[side].append(new)
+            meet = new[dist[1 - side][new] >= 0]
+        # layers from a's switches to b's: back from the meeting layer through each side's rings
+        a_side = [meet]
+        for ring in reversed(rings[0][:-1] if dist[0][meet[0]] == len(rings[0]) - 1 else rings[0]):
+            a_side.insert(0, self._toward(ring, a_side[0]))
+        b_side: list[np.ndarray] = []
+        previous = meet
+        for ring in reversed(rings[1][:-1] if dist[1][meet[0]] == len(rings[1]) - 1 else rings[1]):
+            previous = self._toward(ring, previous)
+            b_side.append(previous)
+        return self._solve(att_a, att_b, a_side + b_side)
 
-    def _solve(self, att_a: _Attachment, att_b: _Attachment, layers: list[np.ndarray],
-               pairs: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple:
+    def _toward(self, ring: np.ndarray, layer: np.ndarray) -> np.ndarray:
+        """The nodes of ``ring`` (one search's nodes at one distance) with a link into ``layer``, sorted."""
+        owner, nbr, _ = self._neighbours(ring)
+        return np.unique(owner[np.isin(nbr, layer)])
+
+    def _links_between(self, u: int, layer: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(neighbour, link) of the links from switch ``u`` into ``layer`` (sorted ids), link order."""
+        lo, hi = int(self._ptr[u]), int(self._ptr[u + 1])
+        nbr, edge = self._nbr[lo:hi], self._edge[lo:hi]
+        keep = np.isin(nbr, layer, assume_unique=False)
+        return nbr[keep], edge[keep]
+
+    def _solve(self, att_a: _Attachment, att_b: _Attachment, layers: list[np.ndarray]) -> tuple:
         first, last = set(layers[0].tolist()), set(layers[-1].tolist())
         src_edges = [(sw, bw, lat) for sw, bw, lat in att_a if sw in first]
         dst_edges = [(sw, bw, lat) for sw, bw, lat in att_b if sw in last]
-        # capacities and first-listed link of each switch pair on the shortest-path DAG
-        cap: dict[tuple[int, int], float] = {}
-        first_link: dict[tuple[int, int], int] = {}
-        for prev, nxt, link in pairs:
-            for u, v, e in zip(prev.tolist(), nxt.tolist(), link.tolist()):
-                cap[(u, v)] = cap.get((u, v), 0.0) + float(self._bw[e])
-                if e < first_link.get((u, v), e + 1):
-                    first_link[(u, v)] = e
-        flow = _max_flow(src_edges, dst_edges, cap)
-        # the lowest-id path, greedily: every DAG node has a successor in the next layer
+        # the lowest-id path, greedily (every DAG node has a successor in the next layer), on the
+        # first-listed link between two switches
         u = min(first)
         nodes = [u]
         a_link = next(x for x in att_a if x[0] == u)
         single, latency = a_link[1], a_link[2]
-        succ: dict[int, list[int]] = {}
-        for a, b in first_link:
-            succ.setdefault(a, []).append(b)
-        for _ in range(len(layers) - 1):
-            v = min(succ[u])
-            e = first_link[(u, v)]
+        for layer in layers[1:]:
+            nbr, edge = self._links_between(u, layer)
+            v = int(nbr.min())
+            e = int(edge[nbr == v].min())
             single, latency = min(single, float(self._bw[e])), latency + float(self._lat[e])
             nodes.append(v)
             u = v
         b_link = next(x for x in att_b if x[0] == u)
         single, latency = min(single, b_link[1]), latency + b_link[2]
+        bound = min(sum(bw for _, bw, _ in src_edges), sum(bw for _, bw, _ in dst_edges))
+        # no flow exceeds what a's links into the DAG (or b's out of it) carry; when one path already
+        # carries that much, it is the maximum
+        flow = bound if single >= bound else _max_flow(src_edges, dst_edges, self._capacities(layers))
         tier = self.topo.tier_of(max(nodes, key=lambda n: self.topo.level[n]))
         return tuple(nodes), tier, flow, single, latency
+
+    def _capacities(self, layers: list[np.ndarray]) -> dict[tuple[int, int], float]:
+        """Capacity of each switch pair of consecutive layers (parallel links summed)."""
+        cap: dict[tuple[int, int], float] = {}
+        for here, there in zip(layers, layers[1:]):
+            owner, nbr, link = self._neighbours(here)
+            keep = np.isin(nbr, there)
+            for u, v, e in zip(owner[keep].tolist(), nbr[keep].tolist(), link[keep].tolist()):
+                cap[(u, v)] = cap.get((u, v), 0.0) + float(self._bw[e])
+        return cap
 
 
 def _nvlink_path(a: int, b: int, nv_a: _Attachment, nv_b: _Attachment, shared: set[int]) -> Path:

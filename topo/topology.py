@@ -293,9 +293,14 @@ class Topology:
     def dual_tor(self) -> bool:
         """True when every GPU's NIC ports reach two or more distinct ASWs (SimAI's dual ToR)."""
         gpu, sw, _ = self._gpu_links(PACKET_SWITCH)
-        pairs = np.unique(gpu * self.node_count + sw)
-        distinct = np.bincount(pairs // self.node_count, minlength=self.gpu_count)[: self.gpu_count]
-        return bool(self.gpu_count) and bool((distinct >= 2).all())
+        if not self.gpu_count or not len(gpu):
+            return False
+        # two distinct switches per GPU: its lowest and highest switch differ
+        lo = np.full(self.gpu_count, self.node_count, dtype=np.int64)
+        hi = np.full(self.gpu_count, -1, dtype=np.int64)
+        np.minimum.at(lo, gpu, sw)
+        np.maximum.at(hi, gpu, sw)
+        return bool((hi > lo).all())
 
     @cached_property
     def planes(self) -> int:
@@ -430,17 +435,35 @@ def _components(topo: Topology, max_level: int | None) -> int:
 def read_topology(path: str | os.PathLike) -> Topology:
     """Read a SimAI topology file.  Raises :class:`FormatError` (file, line, field) on bad content."""
     name = os.fspath(path)
-    return parse_topology(read_text(name, "a SimAI topology", what="the topology file"), name)
+    try:
+        with open(name, "rb") as handle:
+            data = handle.read()
+    except OSError:
+        read_text(name, "a SimAI topology", what="the topology file")  # raises the one-line error
+        raise
+    if not data.isascii():
+        return parse_topology(read_text(name, "a SimAI topology", what="the topology file"), name)
+    return parse_topology(data, name)
 
 
-def parse_topology(text: str, source: str = "<text>") -> Topology:
-    """Parse the text of a SimAI topology file (see the module docstring for what is checked)."""
-    lines = text.split("\n")
-    while lines and not lines[-1].strip():
-        lines.pop()
-    if not lines:
-        raise FormatError(source, "empty file; expected the header line " + " ".join(f"<{f}>" for f in HEADER_FIELDS),
-                          line=1)
+def parse_topology(text: str | bytes, source: str = "<text>") -> Topology:
+    """Parse the text of a SimAI topology file (see the module docstring for what is checked).
+
+    The link lines are read column-wise over the file's bytes (:func:`_links_fast`) when they are
+    plain ASCII with decimal node ids; anything else, and every error, goes through the line-by-line
+    reader, which names the line and field."""
+    data = text if isinstance(text, bytes) else text.encode("utf-8")
+    first = data.find(b"\n")
+    second = data.find(b"\n", first + 1) if first >= 0 else -1
+    if second >= 0 and data.isascii():
+        fast = _parse_fast(data[:second].decode("ascii").split("\n"), data, second + 1, source)
+        if fast is not None:
+            return fast
+    return _parse_lines(text if isinstance(text, str) else text.decode("utf-8"), source)
+
+
+def _header(source: str, lines: list[str]) -> tuple[int, int, int, str, np.ndarray, int]:
+    """(total, gpus per server, NVSwitches, GPU type, switch ids, link count) of lines 1 and 2."""
     header = lines[0].split()
     if len(header) != 6:
         raise FormatError(source, f"the header has {len(header)} fields, expected 6: " + " ".join(HEADER_FIELDS), line=1)
@@ -456,6 +479,199 @@ def parse_topology(text: str, source: str = "<text>") -> Topology:
         raise FormatError(source, f"{gpus} GPUs ({total} - {nv} - {other}) is not a multiple of {gps} GPUs per server",
                           line=1, field="gpus_per_server")
     switch_ids = _switch_ids(source, lines[1].split() if len(lines) > 1 else [], gpus, total, nv + other)
+    return total, gps, nv, gpu_type, switch_ids, n_links
+
+
+_WHITESPACE = np.zeros(256, dtype=bool)
+_WHITESPACE[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = True
+"""The ASCII bytes ``str.split()`` splits on."""
+
+
+def _parse_fast(head: list[str], data: bytes, offset: int, source: str) -> Topology | None:
+    """The topology from lines 1-2 and the link lines (``data[offset:]``), or None when the links need
+    the line-by-line reader (an irregular line, a non-decimal id, an id out of range, a bad string)."""
+    try:
+        total, gps, nv, gpu_type, switch_ids, n_links = _header(source, head)
+    except FormatError:
+        return None
+    links = _links_fast(np.frombuffer(data[offset:] + bytes(32), dtype=np.uint8), n_links, total)
+    if links is None:
+        return None
+    src, dst, coded = links
+    (bw_codes, bw_strings), (lat_codes, lat_strings), (err_codes, err_strings) = coded
+    return Topology(total, gps, nv, gpu_type, switch_ids, src, dst, bw_codes, bw_strings, lat_codes, lat_strings,
+                    err_codes, err_strings, source)
+
+
+def _links_fast(data: np.ndarray, n_links: int, total: int) -> tuple | None:
+    """``(src, dst, [(codes, strings)] for bandwidth, latency, error rate)`` of ``n_links`` link lines
+    (the bytes ``data``), read with array operations: every line exactly 5 whitespace-separated
+    fields, decimal ids in ``0 .. total-1``, no self-link, every distinct string parsed; else None.
+    ``data`` ends with 32 padding zero bytes (read past a field's end by :func:`_words`)."""
+    padded = data
+    end = len(data) - 32
+    while end and data[end - 1] <= 32:  # trailing blank lines do not count
+        end -= 1
+    data = data[:end]
+    bounds = _single_spaced(data, n_links) if n_links else None
+    if bounds is None:
+        ws = _WHITESPACE[data]
+        # token boundaries: where whitespace turns into text (a start) and back (an end), in one pass
+        change = np.empty(len(data) + 1, dtype=bool)
+        if len(data):
+            change[0] = not ws[0]
+            np.not_equal(ws[1:], ws[:-1], out=change[1:-1])
+            change[-1] = not ws[-1]
+        else:
+            change[0] = False
+        edges = np.flatnonzero(change)
+        del change, ws
+        if len(edges) != 10 * n_links:
+            return None  # not 5 fields per link line
+        edges = edges.reshape(n_links, 10)
+        bounds = edges[:, 0::2], edges[:, 1::2]
+    starts, ends = bounds
+    # exactly one line break between two links' fields, none inside a link's
+    gaps = starts[:, 1:] - ends[:, :-1]
+    between = starts[1:, 0] - ends[:-1, 4]
+    if (gaps == 1).all() and (between == 1).all():
+        if (data[ends[:, :-1]] == 10).any() or not (data[ends[:-1, 4]] == 10).all():
+            return None
+    else:
+        newlines = np.flatnonzero(data[: ends[-1, 4]] == 10)
+        if len(newlines) != n_links - 1 or not np.array_equal(np.searchsorted(newlines, starts[:, 0]), np.arange(n_links)) \
+                or not np.array_equal(np.searchsorted(newlines, ends[:, 4]), np.arange(n_links)):
+            return None
+    ids = []
+    for column in (0, 1):
+        value = _decimal(padded, starts[:, column], ends[:, column])
+        if value is None or (len(value) and int(value.max()) >= total):
+            return None
+        ids.append(value)
+    src, dst = ids
+    if (src == dst).any():
+        return None
+    coded = []
+    for column, parse in ((2, parse_bandwidth), (3, parse_latency), (4, parse_error_rate)):
+        found = _distinct(padded, starts[:, column], ends[:, column])
+        if found is None:
+            return None
+        codes, strings = found
+        try:
+            for text in strings:
+                parse(text)
+        except ValueError:
+            return None
+        coded.append((codes, strings))
+    return src, dst, coded
+
+
+_LOW_BYTES = np.array([(1 << (8 * k)) - 1 for k in range(8)] + [(1 << 64) - 1], dtype=np.uint64)
+"""``_LOW_BYTES[k]``: a mask of the k lowest bytes of a little-endian 64-bit word."""
+
+
+def _words(data: np.ndarray, start: np.ndarray, length: np.ndarray, count: int) -> list[np.ndarray]:
+    """The bytes ``data[start:start+length]`` as ``count`` little-endian 64-bit words each (8 bytes per
+    word, bytes past ``length`` zeroed); ``data`` ends with at least ``8 * count`` padding bytes."""
+    window = np.ndarray(shape=(len(data) - 7,), dtype="<u8", buffer=data, strides=(1,))  # 8 bytes at each offset
+    out = []
+    for j in range(count):
+        left = np.clip(length - 8 * j, 0, 8)
+        out.append(window[start + 8 * j] & _LOW_BYTES[left])
+    return out
+
+
+def _single_spaced(data: np.ndarray, n_links: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """Field starts and ends (``n_links x 5`` each) when the fields are separated by single spaces and
+    single line breaks, as the generators write them; None otherwise (the general reader takes over)."""
+    sep = np.flatnonzero(data <= 32)
+    if len(sep) != 5 * n_links - 1 or (len(sep) and (sep[0] == 0 or (np.diff(sep) < 2).any())):
+        return None
+    found = data[sep]
+    breaks = found == 10
+    if not ((found == 32) | breaks).all():
+        return None  # tabs, carriage returns or other whitespace: the general path
+    pattern = np.zeros(5 * n_links, dtype=bool)
+    pattern[4::5] = True
+    if not np.array_equal(breaks, pattern[:-1]):
+        return None
+    starts = np.empty(5 * n_links, dtype=np.int64)
+    ends = np.empty(5 * n_links, dtype=np.int64)
+    starts[0] = 0
+    starts[1:] = sep + 1
+    ends[:-1] = sep
+    ends[-1] = len(data)
+    return starts.reshape(n_links, 5), ends.reshape(n_links, 5)
+
+
+_U = np.uint64
+
+
+def _decimal(data: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray | None:
+    """The non-negative decimal integers ``data[start:end]`` (1 to 8 digits, digits only), or None.
+
+    Eight ASCII digits are read at once from a 64-bit little-endian word ("SWAR"): the digits are moved
+    to the word's top bytes, the free low bytes filled with '0', every byte checked to be a digit, then
+    pairs, quads and the eight combined by three multiply-and-shift steps."""
+    length = end - start
+    if not len(length):
+        return np.zeros(0, np.int64)
+    if int(length.min()) < 1 or int(length.max()) > 8:
+        return None
+    (word,) = _words(data, start, length, 1)
+    shift = ((8 - length) * 8).astype(np.uint64)  # 0 .. 56 bits
+    word = (word << shift) | (((_U(1) << shift) - _U(1)) & _U(0x3030303030303030))
+    if ((((word + _U(0x4646464646464646)) | (word - _U(0x3030303030303030))) & _U(0x8080808080808080)) != 0).any():
+        return None  # a byte outside '0'..'9'
+    word = word - _U(0x3030303030303030)
+    word = ((word * _U(10)) + (word >> _U(8))) & _U(0x00FF00FF00FF00FF)
+    word = ((word * _U(100)) + (word >> _U(16))) & _U(0x0000FFFF0000FFFF)
+    word = (word * _U(10000)) + (word >> _U(32))
+    return (word & _U(0xFFFFFFFF)).astype(np.int64)
+
+
+def _distinct(data: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, tuple[str, ...]] | None:
+    """Codes into the distinct strings ``data[start:end]`` in first-seen order (as :func:`_coded`), or None
+    for strings longer than 32 bytes."""
+    length = end - start
+    n = len(start)
+    longest = int(length.max()) if n else 0
+    if longest > 32:
+        return None
+    count = max(1, -(-longest // 8))
+    parts = _words(data, start, length, count)
+    codes = np.full(n, -1, dtype=np.int32)
+    firsts: list[int] = []
+    first = 0
+    while first < n and len(firsts) < 16:  # files hold a handful of distinct rates and latencies
+        same = parts[0] == parts[0][first]
+        for word in parts[1:]:
+            same &= word == word[first]
+        codes[same] = len(firsts)
+        firsts.append(first)
+        first = int(np.argmax(codes < 0)) if (codes < 0).any() else n
+    if first >= n:
+        parts = []
+    if parts:  # many distinct strings: sort them
+        words = np.stack(parts, axis=1)
+        _, index, inverse = np.unique(words, axis=0, return_index=True, return_inverse=True)
+        order = np.argsort(index, kind="stable")
+        rank = np.empty(len(order), dtype=np.int32)
+        rank[order] = np.arange(len(order), dtype=np.int32)
+        codes, firsts = rank[inverse.ravel()], index[order].tolist()
+    strings = tuple(bytes(data[start[i]:end[i]]).decode("ascii") for i in firsts)
+    return codes, strings
+
+
+def _parse_lines(text: str, source: str) -> Topology:
+    """The line-by-line reader: every check, errors naming the line and field."""
+    lines = text.split("\n")
+    while lines and not lines[-1].strip():
+        lines.pop()
+    if not lines:
+        raise FormatError(source, "empty file; expected the header line " + " ".join(f"<{f}>" for f in HEADER_FIELDS),
+                          line=1)
+    total, gps, nv, gpu_type, switch_ids, n_links = _header(source, lines)
     rows = list(map(str.split, lines[2:]))
     if len(rows) != n_links:
         raise FormatError(source, f"the header says {n_links} links but the file has {len(rows)} link lines",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import IO
@@ -39,6 +38,20 @@ def _remove_stale(directory: str, name: str) -> None:
                 pass
 
 
+def _temporary(directory: str, name: str) -> tuple[int, str]:
+    """A new file ``.<name>.<random>.tmp`` in ``directory``, opened exclusively with mode 0600 (what
+    ``tempfile.mkstemp`` does, without importing tempfile: every command that writes a file pays that
+    import otherwise)."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0)
+    for _ in range(100):
+        tmp = os.path.join(directory, f".{name}.{os.urandom(6).hex()}.tmp")
+        try:
+            return os.open(tmp, flags, 0o600), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name for {name} in {directory}")
+
+
 @contextmanager
 def atomic_write(path: str | os.PathLike, mode: str = "w", newline: str | None = "") -> Iterator[IO]:
     """Open a temporary file next to ``path``; rename it over ``path`` only if the block succeeds.
@@ -55,7 +68,7 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", newline: str | None =
     try:
         os.makedirs(directory, exist_ok=True)
         _remove_stale(directory, os.path.basename(path))
-        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
+        fd, tmp = _temporary(directory, os.path.basename(path))
     except OSError as exc:
         raise OutputError(f"cannot write {path}: {_why(directory, exc)}") from None
     try:

@@ -14,6 +14,8 @@ from utils.errors import ConfigError
 from utils.rank_generator import RankGenerator
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from utils.model_config import ModelConfig
 
 # Flag names as AICB spells them; used in every message.
@@ -163,40 +165,60 @@ class ParallelConfig:
         return self.vpp_layers is not None or self.virtual_stages is not None
 
     def rank_generator(self) -> RankGenerator:
-        """Megatron's process groups for this layout (order ``tp-cp-ep-dp-pp``)."""
-        return RankGenerator(tp=self.tp, ep=self.ep if self.expert_tp == self.tp else 1, dp=self.dp, pp=self.pp,
-                             cp=self.cp, order=self.order)
+        """Megatron's process groups for this layout (order ``tp-cp-ep-dp-pp``; one object per layout,
+        which keeps the groups it has built)."""
+        found = self.__dict__.get("_rank_generator")
+        if found is None:
+            found = self.__dict__["_rank_generator"] = RankGenerator(
+                tp=self.tp, ep=self.ep if self.expert_tp == self.tp else 1, dp=self.dp, pp=self.pp, cp=self.cp, order=self.order)
+        return found
 
     def expert_rank_generator(self) -> RankGenerator:
         """The expert layout (Megatron core >= 0.10): the ``tp * cp * dp`` ranks of a stage regrouped
         as expert-tp x ep x expert-dp, tp fastest.  With ``etp == tp`` and ``cp == 1`` its groups equal
         the expert view of :meth:`rank_generator`."""
-        return RankGenerator(tp=self.expert_tp, ep=self.ep, dp=self.expert_dp * self.ep, pp=self.pp, order=self.order)
+        found = self.__dict__.get("_expert_rank_generator")
+        if found is None:
+            found = self.__dict__["_expert_rank_generator"] = RankGenerator(
+                tp=self.expert_tp, ep=self.ep, dp=self.expert_dp * self.ep, pp=self.pp, order=self.order)
+        return found
+
+    _GROUP_TOKENS = {"tp_group": (False, "tp"), "dp_group": (False, "dp"), "pp_group": (False, "pp"),
+                     "mp_group": (False, "tp-pp"), "ep_group": (True, "ep"), "ep_dp_group": (True, "edp"),
+                     "ep_tp_group": (True, "tp-ep")}
+    """CommGroup value -> (from the expert layout?, RankGenerator token)."""
 
     def group_ranks(self, group: str) -> list[list[int]]:
         """Global ranks of every group of a :class:`CommGroup` value (``tp_group``, ``dp_group``,
         ``pp_group``, ``ep_group``, ``ep_dp_group``, ``ep_tp_group``, ``mp_group``,
         ``embedding_group``, ``all_nodes``): the one place that maps group names to ranks."""
-        dense, expert = self.rank_generator(), self.expert_rank_generator()
         name = getattr(group, "value", group)
-        if name == "tp_group":
-            return dense.get_ranks("tp")
-        if name == "dp_group":
-            return dense.get_ranks("dp")
-        if name == "pp_group":
-            return dense.get_ranks("pp")
-        if name == "mp_group":
-            return dense.get_ranks("tp-pp")
-        if name == "ep_group":
-            return expert.get_ranks("ep")
-        if name == "ep_dp_group":
-            return expert.get_ranks("edp")
-        if name == "ep_tp_group":
-            return expert.get_ranks("tp-ep")
+        if name in self._GROUP_TOKENS:
+            expert, token = self._GROUP_TOKENS[name]
+            return (self.expert_rank_generator() if expert else self.rank_generator()).get_ranks(token)
         if name == "embedding_group":
-            return [[ranks[0], ranks[-1]] for ranks in dense.get_ranks("pp")] if self.pp > 1 else []
+            return [[ranks[0], ranks[-1]] for ranks in self.rank_generator().get_ranks("pp")] if self.pp > 1 else []
         if name == "all_nodes":
             return [list(range(self.world_size))]
+        raise ConfigError(f"unknown process group {name!r}")
+
+    def group_of(self, rank: int, group: str) -> Sequence[int] | None:
+        """The ranks of the ``group`` (a :class:`CommGroup` value) that holds ``rank``: the same as the
+        member of :meth:`group_ranks` that holds it, without building the others; None when no group
+        holds it (the embedding group of a middle stage, or pp 1)."""
+        name = getattr(group, "value", group)
+        if name in self._GROUP_TOKENS:
+            expert, token = self._GROUP_TOKENS[name]
+            return (self.expert_rank_generator() if expert else self.rank_generator()).group_of(rank, token)
+        if name == "embedding_group":
+            if self.pp == 1:
+                return None
+            ranks = self.rank_generator().group_of(rank, "pp")
+            return [ranks[0], ranks[-1]] if rank in (ranks[0], ranks[-1]) else None
+        if name == "all_nodes":
+            if not 0 <= rank < self.world_size:
+                raise ConfigError(f"rank {rank} is outside the world of {self.world_size} ranks")
+            return range(self.world_size)
         raise ConfigError(f"unknown process group {name!r}")
 
     # ---- rules that need the model -----------------------------------------------------------
@@ -249,6 +271,12 @@ class ParallelConfig:
         (loss) counted in the split, the first (last) virtual stage builds one layer fewer.  Raises
         :class:`ConfigError` when the layers cannot be split as asked.
         """
+        cache = self.__dict__.setdefault("_stage_layers_cache", {})
+        if num_layers not in cache:
+            cache[num_layers] = self._virtual_stage_layers(num_layers)
+        return list(cache[num_layers])
+
+    def _virtual_stage_layers(self, num_layers: int) -> list[int]:
         first, middle, last = self._stage_split(num_layers)
         v = self.chunks(num_layers)
         per_rank = [middle] * self.pp

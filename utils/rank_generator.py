@@ -81,14 +81,8 @@ class RankGenerator:
         self._expert_shape = [dp // ep if t == "dp" else sizes[t] for t in tokens]
         self._cache: dict[tuple[str, bool], list[list[int]]] = {}
 
-    def get_ranks(self, token: str, independent_ep: bool | None = None) -> list[list[int]]:
-        """Groups for ``token`` (``tp``, ``pp``, ``dp``, ``ep``, ``cp``, ``tp-ep``, ``tp-dp-cp``, ...).
-
-        Tokens that name ``ep`` use the expert view, where ``dp`` means the expert-data-parallel
-        dimension (size dp/ep); other tokens use the dense view.  ``independent_ep=True`` forces
-        the expert view (Megatron's flag): ``get_ranks("dp", independent_ep=True)`` is the
-        expert-data-parallel group, also available as the token ``edp``.
-        """
+    def _view(self, token: str, independent_ep: bool | None) -> tuple[str, bool, list[int], list[bool]]:
+        """(cache key, expert view?, shape, mask of the token's dimensions) of a group token."""
         key = token.lower()
         if key == EXPERT_DP:
             key, independent_ep = "dp", True
@@ -101,20 +95,36 @@ class RankGenerator:
         if bad or len(set(parts)) != len(parts):
             view = "expert" if independent_ep else "dense"
             raise ConfigError(f"RankGenerator: bad group token {token!r} for the {view} view ({'-'.join(dims)})")
+        return key, independent_ep, shape, [d in parts for d in dims]
+
+    def get_ranks(self, token: str, independent_ep: bool | None = None) -> list[list[int]]:
+        """Groups for ``token`` (``tp``, ``pp``, ``dp``, ``ep``, ``cp``, ``tp-ep``, ``tp-dp-cp``, ...).
+
+        Tokens that name ``ep`` use the expert view, where ``dp`` means the expert-data-parallel
+        dimension (size dp/ep); other tokens use the dense view.  ``independent_ep=True`` forces
+        the expert view (Megatron's flag): ``get_ranks("dp", independent_ep=True)`` is the
+        expert-data-parallel group, also available as the token ``edp``.
+        """
+        key, independent_ep, shape, mask = self._view(token, independent_ep)
         cache_key = (key, independent_ep)
         if cache_key not in self._cache:
-            mask = [d in parts for d in dims]
             self._cache[cache_key] = _masked_groups(shape, mask)
         return self._cache[cache_key]
 
     def group_of(self, rank: int, token: str, independent_ep: bool | None = None) -> list[int]:
-        """The group of ``token`` that contains global ``rank``."""
+        """The group of ``token`` that contains global ``rank`` (the same list :meth:`get_ranks` holds),
+        computed from the rank's coordinates without building the other groups."""
         if not 0 <= rank < self.world_size:
             raise ConfigError(f"rank {rank} is outside the world of {self.world_size} ranks")
-        for group in self.get_ranks(token, independent_ep):
-            if rank in group:
-                return group
-        raise AssertionError(f"rank {rank} is in no {token} group")
+        _, _, shape, mask = self._view(token, independent_ep)
+        base, rest, members = rank, rank, [0]
+        for size, stride, masked in zip(shape, _strides(shape), mask):
+            index = rest % size
+            rest //= size
+            if masked:
+                base -= index * stride
+                members = [m + i * stride for i in range(size) for m in members]
+        return [base + m for m in members]
 
     def coordinates(self, rank: int) -> dict[str, int]:
         """The rank's index along each dimension: ``{"tp": .., "cp": .., "dp": .., "pp": .., "ep": .., "edp": ..}``."""

@@ -174,9 +174,11 @@ def measure_compute_file(job: JobConfig, values: dict[str, Any] | None = None,
 
 
 def fill_job_times(items: Iterable[WorkItem], job: JobConfig, source: str, values: dict[str, Any] | None = None,
-                   log: Callable[[str], None] | None = None) -> FillReport:
+                   log: Callable[[str], None] | None = None, prices: dict | None = None) -> FillReport:
     """Fill the computation items of ``job`` from ``source``: ``aiob`` measures here and writes the
-    compute file, ``file`` reads ``--comp_filepath``, ``model`` estimates for ``--gpu_type``."""
+    compute file, ``file`` reads ``--comp_filepath``, ``model`` estimates for ``--gpu_type`` (each
+    distinct operation priced once; ``prices`` keeps the prices across calls, see
+    :func:`mocked_model.compute.estimator`)."""
     t = job.training
     source = ALIASES.get(source, source)
     if source in ("aiob", "file") and t.frame == "DeepSpeed":
@@ -209,7 +211,7 @@ def fill_job_times(items: Iterable[WorkItem], job: JobConfig, source: str, value
         from mocked_model.compute import estimator, gpu_spec
 
         gpu = gpu_spec(t.gpu_type)
-        report = fill_compute_times(items, source, estimator=estimator(gpu, t.dtype))
+        report = fill_compute_times(items, source, estimator=estimator(gpu, t.dtype, prices))
         report.detail = f"compute-model estimate for {gpu.name} ({t.dtype})"
         return report
     return fill_compute_times(items, source)

@@ -27,6 +27,18 @@ def generator_for(job: JobConfig, pp_rank: int | None = None):
                       "(collective_test runs its sweep under torchrun)")
 
 
+def generator_class(job: JobConfig) -> type:
+    """The :class:`WorkloadGenerator` class :func:`generator_for` builds for the job's ``--frame``."""
+    frame = job.training.frame
+    if frame in ("Megatron", "DeepSeek"):
+        from workload_generator.megatron import MegatronWorkload
+
+        return MegatronWorkload
+    from workload_generator.generator import WorkloadGenerator
+
+    return WorkloadGenerator
+
+
 def build_workload(job: JobConfig, pp_rank: int | None = None) -> Workload:
     """Generate the workload of the selected pipeline rank (``--pp_rank``)."""
     return generator_for(job, pp_rank)()

@@ -63,6 +63,19 @@ class WorkloadGenerator:
         program per key); None when a generator makes no such promise."""
         return None
 
+    @classmethod
+    def stage_signature(cls, job: JobConfig, pp_rank: int) -> Hashable | None:
+        """A key shared by the pipeline stages whose workloads are the same apart from the global
+        layer indices in their items' names and the peers of their p2p items (the simulator builds one
+        such stage and renumbers its layers for the others); None when a generator makes no such
+        promise."""
+        return None
+
+    def layer_ranges(self) -> list[tuple[int, int]]:
+        """``(first global transformer layer, layer count)`` of each model chunk (the layer numbers
+        :meth:`stage_signature` leaves out); empty when the generator has no chunks."""
+        return []
+
     def step_items(self, step: Step) -> list[WorkItem]:
         """The items of one schedule step (what :meth:`iteration` appends for it)."""
         out: list[WorkItem] = []

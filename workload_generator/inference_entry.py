@@ -17,7 +17,8 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from utils.cli import INFERENCE, CliParser, add_flags
+from utils.cli import CliParser
+from utils.cli_flags import INFERENCE, add_flags
 from utils.inference_config import resolve_model
 from utils.inference_job import InferenceJob
 from utils.workload import Workload

@@ -174,6 +174,21 @@ class MegatronWorkload(WorkloadGenerator):
             return ("B", step.chunk, last)
         return ("P2P", step.name, step.ops)
 
+    @classmethod
+    def stage_signature(cls, job: JobConfig, pp_rank: int) -> tuple:
+        """What the items of pipeline rank ``pp_rank`` depend on besides layer indices and p2p peers:
+        per model chunk its layer count, embedding and output flags and each layer's kind (dense or
+        MoE), and whether it is the first rank (which alone cuts its gradients into Megatron's
+        buckets).  Every other input is the job's.  ``tests/test_simulator_stages.py`` checks that
+        stages with equal signatures generate equal items, layer indices renumbered."""
+        model = job.model
+        chunks = tuple((count, pre, post, tuple(model.is_moe_layer(first + k) for k in range(count)))
+                       for first, count, pre, post in chunk_layout(job, pp_rank))
+        return (cls, chunks, pp_rank == 0)
+
+    def layer_ranges(self) -> list[tuple[int, int]]:
+        return [(chunk.first_layer, chunk.num_layers) for chunk in self.chunks]
+
     def p2p(self, out: list[WorkItem], step: Step) -> None:
         key = (step.name, step.ops)
         items = self._p2p_cache.get(key)

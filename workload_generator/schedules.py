@@ -13,6 +13,7 @@ every stage, played against the others).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 P2P_ORDER = ("send_prev", "recv_prev", "send_next", "recv_next")
 
@@ -31,9 +32,19 @@ class Step:
     phase: str = ""
 
 
+_P2P_STEPS: dict[tuple[str, str, tuple[str, ...]], Step] = {}
+"""One object per distinct p2p call (steps are immutable; a long schedule repeats a few calls)."""
+
+
 def _p2p(name: str, phase: str, wanted: dict[str, bool]) -> list[Step]:
     ops = tuple(op for op in P2P_ORDER if wanted.get(op))
-    return [Step("P2P", ops=ops, name=name, phase=phase)] if ops else []
+    if not ops:
+        return []
+    key = (name, phase, ops)
+    step = _P2P_STEPS.get(key)
+    if step is None:
+        step = _P2P_STEPS[key] = Step("P2P", ops=ops, name=name, phase=phase)
+    return [step]
 
 
 def one_f_one_b(pp: int, rank: int, microbatches: int) -> list[Step]:
@@ -134,7 +145,18 @@ def interleaved(pp: int, rank: int, microbatches: int, chunks: int) -> list[Step
 
 def pipeline_schedule(pp: int, rank: int, microbatches: int, chunks: int = 1) -> list[Step]:
     """The schedule Megatron runs on ``rank``: no pipelining (all forwards and backwards in turn per
-    micro-batch) when ``pp == 1``, 1F1B, or interleaved 1F1B with ``chunks > 1``."""
+    micro-batch) when ``pp == 1``, 1F1B, or interleaved 1F1B with ``chunks > 1``.  (A new list each
+    call; the steps, immutable, are built once per distinct arguments: a simulation asks for every
+    stage's schedule several times.)"""
+    return list(_schedule(pp, rank, microbatches, chunks))
+
+
+@lru_cache(maxsize=512)
+def _schedule(pp: int, rank: int, microbatches: int, chunks: int) -> tuple[Step, ...]:
+    return tuple(_build_schedule(pp, rank, microbatches, chunks))
+
+
+def _build_schedule(pp: int, rank: int, microbatches: int, chunks: int) -> list[Step]:
     if pp == 1:
         steps: list[Step] = []
         for m in range(microbatches):

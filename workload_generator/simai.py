@@ -42,6 +42,7 @@ import os
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from utils.errors import FormatError
 from utils.io import atomic_write, read_text
@@ -78,8 +79,15 @@ _STRING_POSITIONS = frozenset({0, 3, 6, 9})
 # A whole well-formed record line: 12 fields, ASCII digits where SimAI reads integers.
 _FIELD_PATTERNS = (r"(\S+)", r"(-?\d+)", r"(\d+)", r"(\S+)", r"(\d+)", r"(\d+)", r"(\S+)", r"(\d+)", r"(\d+)",
                    r"(\S+)", r"(\d+)", r"(\d+)")
-_RECORD_RE = re.compile(r"\s*" + r"\s+".join(_FIELD_PATTERNS) + r"\s*", re.ASCII)
-_RECORD13_RE = re.compile(r"\s*" + r"\s+".join(_FIELD_PATTERNS + (r"(\S+)",)) + r"\s*", re.ASCII)
+
+
+@lru_cache(maxsize=2)
+def _record_re(width: int) -> re.Pattern:
+    """The pattern of a well-formed record line of ``width`` fields (compiled on first use)."""
+    patterns = _FIELD_PATTERNS + ((r"(\S+)",) if width == 13 else ())
+    return re.compile(r"\s*" + r"\s+".join(patterns) + r"\s*", re.ASCII)
+
+
 _UINT_RE = re.compile(r"\d+", re.ASCII)
 _INT_RE = re.compile(r"-?\d+", re.ASCII)
 _HEADER_INT_RE = re.compile(r"([+-]?\d+)(?:\.0*)?", re.ASCII)
@@ -558,8 +566,9 @@ def _read_records(lines: Sequence[str], count: int, width: int, path: str, stric
     records: list[SimAILayer] = []
     append = records.append
     names = _field_names(width)
-    fast = (_RECORD13_RE if width == 13 else _RECORD_RE).fullmatch
+    fast = _record_re(width).fullmatch
     valid = VALID_TOKENS
+    seen: dict[str, tuple] = {}    # a well-formed line's text -> its record's values
     pending: list[str] = []        # tokens of a record spread over lines (lenient mode)
     pending_lines: list[int] = []
     number = 2
@@ -574,12 +583,18 @@ def _read_records(lines: Sequence[str], count: int, width: int, path: str, stric
                                 "(as SimAI does)")
                 break
             continue
+        if not pending:
+            values = seen.get(line)
+            if values is not None:  # files repeat one micro-batch's lines ga times: parse each text once
+                append(SimAILayer(*values))
+                continue
         match = fast(line) if not pending else None
         if match:
             g = match.groups()
             if not strict or (g[3] in valid and g[6] in valid and g[9] in valid and (width == 12 or g[12] in POLICIES)):
-                append(SimAILayer(g[0], int(g[1]), int(g[2]), g[3], int(g[4]), int(g[5]), g[6], int(g[7]),
-                                  int(g[8]), g[9], int(g[10]), int(g[11]), g[12] if width == 13 else None))
+                values = seen[line] = (g[0], int(g[1]), int(g[2]), g[3], int(g[4]), int(g[5]), g[6], int(g[7]),
+                                       int(g[8]), g[9], int(g[10]), int(g[11]), g[12] if width == 13 else None)
+                append(SimAILayer(*values))
                 continue
         tokens = line.split()
         if not tokens:

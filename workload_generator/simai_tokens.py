@@ -8,33 +8,54 @@ expert-data-parallel group.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from utils.workload import CommGroup, CommType
+if TYPE_CHECKING:  # pragma: no cover
+    from utils.workload import CommGroup, CommType
 
 Column = Literal["fwd", "ig", "wg"]
 
-_TYPE_TO_NAME = {
-    CommType.all_reduce: "ALLREDUCE",
-    CommType.all_gather: "ALLGATHER",
-    CommType.reduce_scatter: "REDUCESCATTER",
-    CommType.all_to_all: "ALLTOALL",
-}
-_NAME_TO_TYPE = {name: ctype for ctype, name in _TYPE_TO_NAME.items()}
+_NAME_TO_VALUE = {"ALLREDUCE": "all_reduce", "ALLGATHER": "all_gather", "REDUCESCATTER": "reduce_scatter",
+                  "ALLTOALL": "all_to_all"}
+"""Token name -> :class:`utils.workload.CommType` value (tests/test_simai_tokens.py checks they agree).  Kept
+as strings so that reading a SimAI file (the simulator's hot path) needs no work-item module."""
 # SimAI matches the collective by prefix in this order (SIMAI_ANALYTICAL.md).
 _PREFIX_ORDER = ("ALLREDUCE", "ALLTOALL", "ALLGATHER", "REDUCESCATTER")
-
-SIMAI_COMM_TYPES = frozenset(_TYPE_TO_NAME)
-"""Collectives a SimAI record can carry."""
+_SUFFIX_GROUP = {"": "", "_EP": "EP", "_DP_EP": "DP_EP"}
 
 VALID_TOKENS = frozenset(
-    ["NONE"] + [name + suffix for name in _NAME_TO_TYPE for suffix in ("", "_EP", "_DP_EP")]
+    ["NONE"] + [name + suffix for name in _NAME_TO_VALUE for suffix in ("", "_EP", "_DP_EP")]
 )
 """Every token our writer may produce and SimAI parses without a warning."""
 
 
+def __getattr__(name: str):
+    if name == "SIMAI_COMM_TYPES":  # collectives a SimAI record can carry (CommType members)
+        from utils.workload import CommType
+
+        return frozenset(CommType(value) for value in _NAME_TO_VALUE.values())
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _name_to_type(name: str) -> CommType:
+    from utils.workload import CommType
+
+    return CommType(_NAME_TO_VALUE[name])
+
+
+def _type_to_name(comm_type: CommType) -> str | None:
+    return next((name for name, value in _NAME_TO_VALUE.items() if value == comm_type.value), None)
+
+
+def _groups():
+    from utils.workload import CommGroup
+
+    return CommGroup
+
+
 def default_group(column: Column) -> CommGroup:
     """The group a suffix-less token runs in: TP for fwd/ig, DP for wg."""
+    CommGroup = _groups()
     return CommGroup.dp_group if column == "wg" else CommGroup.tp_group
 
 
@@ -46,7 +67,8 @@ def simai_token(comm_type: CommType | None, group: CommGroup | None, column: Col
     """
     if comm_type is None:
         return "NONE"
-    name = _TYPE_TO_NAME.get(comm_type)
+    CommGroup = _groups()
+    name = _type_to_name(comm_type)
     if name is None:
         raise ValueError(f"SimAI workloads cannot carry {comm_type.value}")
     if group is None or group == default_group(column):
@@ -69,11 +91,12 @@ def parse_simai_token(token: str, column: Column) -> tuple[CommType | None, Comm
     if token not in VALID_TOKENS:
         raise ValueError(f"unknown comm token {token!r} (expected NONE or one of ALLREDUCE, ALLGATHER, "
                          "REDUCESCATTER, ALLTOALL, optionally with _EP or _DP_EP)")
+    CommGroup = _groups()
     if token.endswith("_DP_EP"):
-        return _NAME_TO_TYPE[token[:-6]], CommGroup.ep_dp_group
+        return _name_to_type(token[:-6]), CommGroup.ep_dp_group
     if token.endswith("_EP"):
-        return _NAME_TO_TYPE[token[:-3]], CommGroup.ep_group
-    return _NAME_TO_TYPE[token], default_group(column)
+        return _name_to_type(token[:-3]), CommGroup.ep_group
+    return _name_to_type(token), default_group(column)
 
 
 def simai_match(token: str) -> tuple[CommType | None, str]:
@@ -83,10 +106,14 @@ def simai_match(token: str) -> tuple[CommType | None, str]:
     column's default group), ``"EP"`` (``_EP``), ``"DP_EP"`` (``_DP_EP``) or ``"OTHER"`` (anything
     else, which SimAI costs as zero).  So ``ALLREDUCEALLTOALL`` is an all-reduce in group OTHER.
     """
+    name, group = _match(token)
+    return (_name_to_type(name) if name is not None else None), group
+
+
+def _match(token: str) -> tuple[str | None, str]:
     for name in _PREFIX_ORDER:
         if token.startswith(name):
-            rest = token[len(name):]
-            return _NAME_TO_TYPE[name], {"": "", "_EP": "EP", "_DP_EP": "DP_EP"}.get(rest, "OTHER")
+            return name, _SUFFIX_GROUP.get(token[len(name):], "OTHER")
     return None, ""
 
 
@@ -98,7 +125,7 @@ def classify(token: str, column: str) -> tuple[str | None, str]:
     nothing follows the prefix, else ``EP``, ``DP_EP`` or ``OTHER`` (SimAI's group NONE: no bandwidth
     cost).
     """
-    comm_type, group = simai_match(token)
-    if comm_type is None:
+    name, group = _match(token)
+    if name is None:
         return None, ""
-    return comm_type.value, group or ("DP" if column == "wg" else "TP")
+    return _NAME_TO_VALUE[name], group or ("DP" if column == "wg" else "TP")

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from mocked_model.compute.gpus import GPUS, GPUSpec, gpu_spec, known_gpu
 from mocked_model.compute.kernels import KIND_BYTES, GemmShape, dtype_kind, gemm_ns, gemm_tflops, memory_ns
-from mocked_model.compute.ops import Kernel, Precision, kernels_of
+from mocked_model.compute.ops import Kernel, Precision, kernels_of, price_key
 
 
 def precision(dtype: str) -> Precision:
@@ -39,19 +39,33 @@ def estimate_ns(item, gpu: GPUSpec | str, dtype: str = "bfloat16") -> float | No
     return sum(k.ns(spec) for k in kernels)
 
 
-def estimator(gpu: GPUSpec | str, dtype: str = "bfloat16") -> Callable[[object], float | None]:
-    """``item -> ns or None`` for :func:`workload_generator.compute_times.fill_compute_times`."""
+def estimator(gpu: GPUSpec | str, dtype: str = "bfloat16", prices: dict | None = None) -> Callable[[object], float | None]:
+    """``item -> ns or None`` for :func:`workload_generator.compute_times.fill_compute_times`.
+
+    Each distinct operation is priced once (:func:`~mocked_model.compute.ops.price_key`: identical
+    layers' items differ only in their layer index and names); ``prices`` (a dict the caller keeps, e.g.
+    a simulation session) holds the prices across estimators of the same GPU and dtype."""
     spec = gpu_spec(gpu)
     p = precision(dtype)
     if p.kind == "fp8":
         spec.peak_flops("fp8")  # a GPU without FP8 tensor cores is a one-line error here, not per item
+    cache: dict = {} if prices is None else prices.setdefault((spec, p), {})
 
-    def estimate(item) -> float | None:
+    def price(item) -> float | None:
         kernels = kernels_of(item, p)
         return None if kernels is None else sum(k.ns(spec) for k in kernels)
+
+    def estimate(item) -> float | None:
+        key = price_key(item)
+        if key is None:
+            return price(item)
+        found = cache.get(key, cache)
+        if found is cache:
+            found = cache[key] = price(item)
+        return found
 
     return estimate
 
 
 __all__ = ["GPUS", "GPUSpec", "GemmShape", "Kernel", "Precision", "dtype_kind", "estimate_ns", "estimator",
-           "gemm_ns", "gemm_tflops", "gpu_spec", "item_kernels", "known_gpu", "memory_ns", "precision"]
+           "gemm_ns", "gemm_tflops", "gpu_spec", "item_kernels", "known_gpu", "memory_ns", "precision", "price_key"]

@@ -439,6 +439,34 @@ def kernels_of(item, p: Precision) -> list[Kernel] | None:
     return law(item, p) if law is not None else None
 
 
+def price_key(item) -> tuple | None:
+    """Everything :func:`kernels_of` reads of an item, as a hashable key (None when a value is not
+    hashable): the phase of its stage, its shapes, its meta without the layer index and the module
+    name (only whether the name ends in ``router`` matters).  Items of identical layers share a key,
+    so a consumer prices each distinct operation once."""
+    meta = item.meta or {}
+    name = meta.get("name")
+    key = (item.stage.split(".", 1)[0], item.shapes, name is not None and str(name).endswith("router"),
+           *[(k, v) for k, v in meta.items() if k != "layer" and k != "name"])
+    try:
+        hash(key)  # meta in insertion order: the same code builds identical layers' meta alike
+    except TypeError:
+        try:
+            key = (*key[:3], *[(k, _frozen(v)) for k, v in key[3:]])
+            hash(key)
+        except TypeError:
+            return None
+    return key
+
+
+def _frozen(value):
+    if isinstance(value, list | tuple):
+        return tuple(_frozen(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _frozen(v)) for k, v in value.items()))
+    return value
+
+
 OPS: dict[str, Callable[[object, Precision], list[Kernel]]] = {
     "gemm": _gemm_kernels, "dgrad": _gemm_kernels, "wgrad": _gemm_kernels, "attention": _attention_kernels,
     "norm": _norm_kernels, "gelu": _activation_kernels, "swiglu": _activation_kernels, "bda": _bda_kernels,
