@@ -39,13 +39,15 @@ SKIP = ("output", "output_dir", "workload_only", "enable_visual", "pp_rank", "ep
         "tensor_model_parallel_size", "pipeline_model_parallel", "expert_model_parallel_size", "micro_batch",
         "num_layers_per_virtual_pipeline_stage", "num_virtual_stages_per_pipeline_rank", "memory",
         "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers", "recompute_granularity",
-        "recompute_activations", "enable_sequence_parallel", "use_distributed_optimizer", "use_tp_pp_dp_mapping")
+        "recompute_activations", "enable_sequence_parallel", "use_distributed_optimizer", "use_tp_pp_dp_mapping",
+        "tp_comm_overlap")
 """Job flags the search does not take (the layout's own, and output ones)."""
 RESULT_FIELDS = ("iteration_s", "tokens_per_s_per_gpu", "mfu", "memory_gib")
-BREAKDOWN_FIELDS = ("world_size", "first_stage_layers", "last_stage_layers", "compute_s", "exposed_comm_s", "bubble_s",
+BREAKDOWN_FIELDS = ("tp_comm_overlap", "world_size", "first_stage_layers", "last_stage_layers", "compute_s",
+                    "exposed_comm_s", "bubble_s",
                     "tp_exposed_s", "ep_exposed_s", "dp_exposed_s", "pp_exposed_s", "memory_weights_gib",
                     "memory_activations_gib", "lower_bound_s")
-HEADER = tuple(f for f in LAYOUT_FIELDS if f not in ("first_stage_layers", "last_stage_layers")) + RESULT_FIELDS + \
+HEADER = tuple(f for f in LAYOUT_FIELDS if f not in BREAKDOWN_FIELDS) + RESULT_FIELDS + \
     BREAKDOWN_FIELDS
 
 
@@ -75,6 +77,13 @@ def build_parser() -> CliParser:
     p.add_argument("--max_tp", type=positive_int, default=8, metavar="N", help="largest tensor-parallel size (default 8)")
     p.add_argument("--recompute", metavar="MODES", help="recomputation modes to try (default none,selective,full)")
     p.add_argument("--orders", metavar="ORDERS", help="rank orders to try (default tp-cp-ep-dp-pp,tp-cp-ep-pp-dp)")
+    p.add_argument("--sequence_parallel", "--sequence-parallel", choices=("both", "on", "off"), default="both",
+                   help="sequence parallelism (with tp > 1): both (default), on or off")
+    p.add_argument("--distributed_optimizer", "--distributed-optimizer", choices=("both", "on", "off"),
+                   default="both", help="Megatron's distributed optimizer (with dp > 1): both (default), on or off")
+    p.add_argument("--tp_comm_overlap", "--tp-comm-overlap", choices=("both", "on", "off"), default="both",
+                   help="Megatron's --tp-comm-overlap in the layouts with sequence parallelism: both (default), "
+                        "on or off")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(job_flags=frozenset(add_job_flags(p, JOB_GROUPS, SKIP)))
     return p
@@ -148,20 +157,21 @@ def _reason(message: str) -> str:
 
 # ---- the work -------------------------------------------------------------------------------------
 
-_TOPOLOGIES: dict[str, Any] = {}
+_SESSIONS: dict[str, Any] = {}
+"""One :class:`simulator.session.TopoSession` per topology and process: the topology is read once, and
+its fabric, routes, group shapes, NCCL costs and operation prices serve every layout after the first."""
 
 
 def simulate_layout(base: dict[str, Any], layout: Layout, topology: str, bound_s: float) -> dict[str, Any]:
-    """One row: simulate ``layout`` of the job ``base`` on ``topology`` (read once per process)."""
-    from simulator.api import simulate
+    """One row: simulate ``layout`` of the job ``base`` on ``topology`` (the process's session for it)."""
     from simulator.options import TopoOptions
-    from topo import read_topology
+    from simulator.session import TopoSession
 
-    topo = _TOPOLOGIES.get(topology)
-    if topo is None:
-        topo = _TOPOLOGIES[topology] = read_topology(topology)
+    session = _SESSIONS.get(topology)
+    if session is None:
+        session = _SESSIONS[topology] = TopoSession(topology)
     job = build_job(base, layout)
-    result = simulate(job, topo, TopoOptions())
+    result = session.simulate(job, TopoOptions())
     return result_row(layout, job, result, bound_s)
 
 
@@ -330,7 +340,9 @@ def topologies(args: argparse.Namespace, worlds: list[int], folder: str) -> dict
         small = [w for w in worlds if w > topo.gpu_count]
         if small:
             raise ConfigError(f"{args.topology} has {topo.gpu_count} GPUs, fewer than --world_size {small[0]}")
-        _TOPOLOGIES[args.topology] = topo
+        from simulator.session import TopoSession
+
+        _SESSIONS[args.topology] = TopoSession(topo)  # the main process's (and forked workers') session
         return dict.fromkeys(worlds, args.topology)
     from topo.gen import main as topo_main
 
@@ -348,8 +360,20 @@ def topologies(args: argparse.Namespace, worlds: list[int], folder: str) -> dict
     return out
 
 
+def _join_topo_gen(argv: Sequence[str]) -> list[str]:
+    """``--topo_gen "-topo Spectrum-X"`` as one argument: argparse takes a value that starts with a dash
+    for an option and stops there, so the value is attached (``--topo_gen=-topo Spectrum-X``)."""
+    out, args = [], list(argv)
+    for i, arg in enumerate(args):
+        if i > 0 and args[i - 1] in ("--topo_gen", "--topo-gen") and out and out[-1] in ("--topo_gen", "--topo-gen"):
+            out[-1] = f"--topo_gen={arg}"
+        else:
+            out.append(arg)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(_join_topo_gen(sys.argv[1:] if argv is None else argv))
     base = {dest: getattr(args, dest) for dest in args.job_flags if hasattr(args, dest)}
     gpu = base.get("gpu_type")
     if not gpu:
@@ -483,7 +507,7 @@ def _describe(layout: Layout | None) -> str:
 def _describe_row(row: dict[str, Any]) -> str:
     return (f"tp {row['tp']} pp {row['pp']} dp {row['dp']} ep {row['ep']} vpp {row['vpp']} micro {row['micro_batch']} "
             f"recompute {row['recompute']} sp {row['sequence_parallel']} dist-opt {row['distributed_optimizer']} "
-            f"order {row['order']}")
+            f"order {row['order']}{' tp-comm-overlap' if str(row.get('tp_comm_overlap')) == 'True' else ''}")
 
 
 def _write_header_only(path: str, rows: list[dict[str, Any]]) -> None:

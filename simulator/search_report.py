@@ -43,7 +43,8 @@ def pareto_png(rows: list[dict[str, Any]], across_worlds: bool) -> bytes:
 
 
 COLUMNS = ("tp", "pp", "dp", "ep", "vpp", "micro_batch", "recompute", "sequence_parallel", "distributed_optimizer",
-           "order", "iteration_s", "tokens_per_s_per_gpu", "mfu", "memory_gib", "compute_s", "exposed_comm_s", "bubble_s")
+           "order", "tp_comm_overlap", "iteration_s", "tokens_per_s_per_gpu", "mfu", "memory_gib", "compute_s",
+           "exposed_comm_s", "bubble_s")
 
 
 def html_page(rows: list[dict[str, Any]], png: bytes, plan: Any, worlds: list[int], gpu: str, top: int = 100) -> str:

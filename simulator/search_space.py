@@ -2,10 +2,12 @@
 would reject dropped (with the reason), and a lower bound on each one's iteration time.
 
 A layout is tensor, pipeline, data and expert parallel sizes, model chunks per pipeline stage
-(interleaving), micro-batch size, recomputation, sequence parallelism, the distributed optimizer and
-the rank order (:data:`utils.parallel.ORDERS`).  Pipeline sizes that do not divide the layers get
-Megatron's uneven first and last stages (the middle stages hold ``ceil(L / p)`` layers, the first and
-last share the rest), as Llama 3 405B's 126 layers on 16 stages.
+(interleaving), micro-batch size, recomputation, sequence parallelism, the distributed optimizer, the
+rank order (:data:`utils.parallel.ORDERS`) and Megatron's ``--tp-comm-overlap`` (Transformer Engine's
+TP collectives overlapped with the GEMMs, which Megatron allows only with sequence parallelism).
+Pipeline sizes that do not divide the layers get Megatron's uneven first and last stages (the middle
+stages hold ``ceil(L / p)`` layers, the first and last share the rest), as Llama 3 405B's 126 layers on
+16 stages.
 
 The bound (:func:`compute_bound_s`) is what compute alone allows: the busiest stage's kernels, priced by
 the compute model, plus the pipeline's fill.  No simulation of the layout can come out faster, so one
@@ -40,6 +42,7 @@ class Layout:
     order: str
     first_stage_layers: int = 0
     last_stage_layers: int = 0
+    tp_comm_overlap: bool = False
 
     @property
     def world_size(self) -> int:
@@ -57,6 +60,7 @@ class Layout:
             "enable_sequence_parallel": self.sequence_parallel, "use_distributed_optimizer": self.distributed_optimizer,
             "use_tp_pp_dp_mapping": self.order != ORDERS[0],
             "recompute_granularity": None if self.recompute == "none" else self.recompute,
+            "tp_comm_overlap": self.tp_comm_overlap,
         }
         if self.vpp > 1:
             out["num_virtual_stages_per_pipeline_rank"] = self.vpp
@@ -84,6 +88,8 @@ class Layout:
             out.append("--use-distributed-optimizer")
         if self.order != ORDERS[0]:
             out.append("--use-tp-pp-dp-mapping")
+        if self.tp_comm_overlap:
+            out.append("--tp_comm_overlap")
         return out
 
 
@@ -103,6 +109,7 @@ class Space:
     sequence_parallel: tuple[bool, ...] = (True, False)
     distributed_optimizer: tuple[bool, ...] = (True, False)
     order: tuple[str, ...] = ORDERS
+    tp_comm_overlap: tuple[bool, ...] = (False, True)
     max_tp: int = 8
 
 
@@ -160,7 +167,11 @@ def layouts(model: Any, world: int, global_batch: int, space: Space) -> Iterator
                                     for order in space.order:
                                         if order != ORDERS[0] and (pp == 1 or dp == 1):
                                             continue  # the orders differ only with both dimensions
-                                        yield Layout(tp, pp, dp, ep, vpp, micro, recompute, sp, dist, order, *split)
+                                        for overlap in space.tp_comm_overlap:
+                                            if overlap and not sp:
+                                                continue  # Megatron: --tp-comm-overlap needs sequence parallelism
+                                            yield Layout(tp, pp, dp, ep, vpp, micro, recompute, sp, dist, order,
+                                                         *split, overlap)
 
 
 def build_job(base: dict[str, Any], layout: Layout) -> Any:
@@ -179,7 +190,7 @@ LAYOUT_OWNED = frozenset(("world_size", "tensor_model_parallel_size", "pipeline_
                           "use_distributed_optimizer", "use_tp_pp_dp_mapping", "recompute_granularity",
                           "recompute_activations", "num_virtual_stages_per_pipeline_rank",
                           "num_layers_per_virtual_pipeline_stage", "decoder_first_pipeline_num_layers",
-                          "decoder_last_pipeline_num_layers"))
+                          "decoder_last_pipeline_num_layers", "tp_comm_overlap"))
 """Flags the search sets itself (a user's value for them is replaced by each layout's)."""
 
 
@@ -241,5 +252,13 @@ def check_space(values: dict[str, Any]) -> Space:
     bad = [o for o in orders if o not in ORDERS]
     if bad:
         raise ConfigError(f"--orders {bad[0]!r} is not one of {', '.join(ORDERS)}")
+    def switch(name: str) -> tuple[bool, ...]:
+        text = values.get(name) or "both"
+        if text not in ("both", "on", "off"):
+            raise ConfigError(f"--{name} {text!r} is not one of both, on, off")
+        return {"both": (False, True), "on": (True,), "off": (False,)}[text]
+
     return Space(tp=ints("tp"), pp=ints("pp"), ep=ints("ep"), vpp=ints("vpp"), micro_batch=ints("micro_batches"),
-                 recompute=recompute, order=orders, max_tp=values.get("max_tp") or 8)
+                 recompute=recompute, sequence_parallel=switch("sequence_parallel"),
+                 distributed_optimizer=switch("distributed_optimizer"), order=orders,
+                 tp_comm_overlap=switch("tp_comm_overlap"), max_tp=values.get("max_tp") or 8)

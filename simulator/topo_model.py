@@ -297,7 +297,9 @@ class TopoModel:
         self.rep = [rg.rank_at(pp=s) for s in range(self.pp)]
         self._members: dict[tuple[str, int], Sequence[int]] = {}
         self._shapes: dict[tuple[str, int], Any] = {}
-        self._costs: dict[tuple[Any, str, int, LinkModel], Cost] = {} if costs is None else costs
+        # a profile answers instead of NCCL's model, so its costs must not mix with a session's NCCL costs
+        shared = costs is not None and options.profile is None
+        self._costs: dict[tuple[Any, str, int, LinkModel], Cost] = costs if shared else {}
         """NCCL's cost of each (group shape, collective, size, link model): a session's, across jobs."""
         self._stage_costs: dict[tuple[int, str, str, int], tuple[Cost, Any]] = {}
         self._op_counts: dict[int, Counter] = {}

@@ -186,7 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(rows))
     else:
         sources = "; ".join(dict.fromkeys(c.source for c in cases))
-        calculon = (f" (Calculon: {CALCULON_MEAN_ERROR_PCT}% mean on {_KORTHIKANTI}'s eight)"
+        calculon = (f" (Calculon: {CALCULON_MEAN_ERROR_PCT}% mean on the same eight runs)"
                     if args.suite == "korthikanti2022" and len(cases) == 8 else "")
         print(f"{len(rows)} runs ({sources}; published vs simulated seconds per iteration): mean |error| "
               f"{sum(errors) / len(errors):.2f}%, max {max(errors):.2f}%{calculon}")

@@ -8,7 +8,7 @@ import pytest
 
 from simulator.search import HEADER
 from simulator.search_report import pareto_front
-from simulator.search_space import Layout, Space, build_job, compute_bound_s, layouts, uneven_split
+from simulator.search_space import Layout, Space, build_job, check_space, compute_bound_s, layouts, uneven_split
 from tests.conftest import EXAMPLES, run_cli
 from utils.cli import model_from, resolve
 from utils.errors import ConfigError
@@ -32,10 +32,15 @@ def test_enumeration_by_hand():
     model = model_from(resolve({"model_name": "gpt_tiny"}))
     space = Space(tp=(1, 2), pp=(1, 2), micro_batch=(1, 2), recompute=("none",), order=("tp-cp-ep-dp-pp",))
     found = list(layouts(model, 16, 32, space))
-    # per (tp, pp): chunks x micro x SP x dist-opt = (1,1): 1*2*1*2 = 4, (1,2): 2*2*1*2 = 8, (2,1): 1*2*2*2 = 8,
-    # (2,2): 2*2*2*2 = 16 -> 36
-    assert len(found) == 36 and len(set(found)) == 36
+    # per (tp, pp): chunks x micro x SP-choices x dist-opt, where SP on comes with --tp-comm-overlap off or on
+    # (Megatron allows the overlap only with SP), so SP-choices = 1 for tp 1 and 1 + 2 = 3 for tp 2:
+    # (1,1): 1*2*1*2 = 4, (1,2): 2*2*1*2 = 8, (2,1): 1*2*3*2 = 12, (2,2): 2*2*3*2 = 24 -> 48
+    assert len(found) == 48 and len(set(found)) == 48
     assert all(layout.world_size == 16 for layout in found)
+    assert all(layout.sequence_parallel for layout in found if layout.tp_comm_overlap)
+    off = list(layouts(model, 16, 32, Space(tp=(1, 2), pp=(1, 2), micro_batch=(1, 2), recompute=("none",),
+                                            order=("tp-cp-ep-dp-pp",), tp_comm_overlap=(False,))))
+    assert len(off) == 36 and not any(layout.tp_comm_overlap for layout in off)
 
 
 def test_uneven_split_and_layout_flags():
@@ -129,3 +134,31 @@ def test_bad_inputs(tmp_path, args, message):
     if "--ray" in args or "fits no layout" in message or "divides" in message:
         assert rows_of(out) == []  # the partial CSV: its header, nothing simulated
         assert out.read_text().startswith("tp,pp,dp")
+
+
+def test_topo_gen_takes_its_flags_as_one_argument_with_leading_dash(tmp_path):
+    # --topo_gen "-topo Spectrum-X -gps 8" as two argv words: argparse alone would stop at the dash
+    out = tmp_path / "gen.csv"
+    done = run_cli("-m", "simulator", "search", "--topo_gen", "-topo Spectrum-X -gps 8", "--world_size", "8", *TINY,
+                   "--tp", "2", "--pp", "1", "--micro_batches", "1", "--recompute", "none", "--jobs", "1", "-q",
+                   "-o", str(out), timeout=600)
+    assert done.returncode == 0, done.stderr
+    rows = rows_of(out)
+    # tp 2 pp 1 dp 4, micro 1, no recomputation: SP off; SP on with the overlap off or on; each with and
+    # without the distributed optimizer -> 3 x 2 = 6 layouts, all on 8 GPUs of the generated fabric
+    assert len(rows) == 6 and {r["world_size"] for r in rows} == {"8"}
+    assert {(r["sequence_parallel"], r["tp_comm_overlap"]) for r in rows} == {("False", "False"), ("True", "False"),
+                                                                              ("True", "True")}
+
+
+def test_switch_flags_narrow_the_space():
+    space = check_space({"sequence_parallel": "on", "distributed_optimizer": "off", "tp_comm_overlap": "off"})
+    assert (space.sequence_parallel, space.distributed_optimizer, space.tp_comm_overlap) == ((True,), (False,), (False,))
+    model = model_from(resolve({"model_name": "gpt_tiny"}))
+    found = list(layouts(model, 16, 32, Space(tp=(2,), pp=(1,), micro_batch=(1,), recompute=("none",),
+                                              sequence_parallel=(True,), distributed_optimizer=(False,),
+                                              tp_comm_overlap=(False,))))
+    # tp 2 pp 1 dp 8 micro 1, one of everything else: one layout
+    assert len(found) == 1 and found[0].sequence_parallel and not found[0].distributed_optimizer
+    with pytest.raises(ConfigError, match="--distributed_optimizer 'maybe' is not one of both, on, off"):
+        check_space({"distributed_optimizer": "maybe"})
