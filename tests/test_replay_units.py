@@ -195,3 +195,32 @@ def test_watchdog_ends_a_hang_or_a_signal_with_one_line(mode, status, message):
                           timeout=30)
     assert proc.returncode == status and proc.stderr.strip() == message, proc.stderr
     assert time.monotonic() - start < 10
+
+
+# ---- the detail CSV, streamed --------------------------------------------------------------------------
+
+def test_streamed_detail_rows_read_as_the_final_ones(tmp_path):
+    """A stopped run keeps the streamed detail rows: they must be the rows the end of the run writes,
+    less the columns of every rank's times."""
+    from log_analyzer.log import DETAIL_COLUMNS, DetailWriter, write_detail
+
+    comm = WorkItem(T.all_gather, G.tp_group, 2, 4096, "fwd, with a comma")
+    comp = WorkItem(T.computation, stage="gemm", shapes=((8, 8), (8, 8)), time_ns=1e6)
+    streamed = DetailWriter(tmp_path / "s_detail.csv")
+    streamed.write(0, 1, 3, comm, 0.25, 16.384, 8.192, True, 7, "tp_group", 2, 1)
+    streamed.write(1, 1, 4, comp, 1.5)
+    streamed.write(2, 1, 5, comm, 0.5, float("inf"), None, False, None, "tp_group", 2, 1)
+    streamed.write_epoch_end(3, 1, 2.75)
+    streamed.close()
+    rows = [{"row": 0, "iteration": 1, "item_index": 3, "comm_type": "all_gather", "comm_group": "tp_group",
+             "comm_group_size": 2, "msg_size": 4096, "stage": "fwd, with a comma", "elapsed_ms": 0.25,
+             "algbw_gbps": 16.384, "busbw_gbps": 8.192, "emulated": True, "batch": 7, "peer_rank": 1},
+            {"row": 1, "iteration": 1, "item_index": 4, "comm_type": "computation", "stage": "gemm", "elapsed_ms": 1.5,
+             "emulated": False, "batch": None},
+            {"row": 2, "iteration": 1, "item_index": 5, "comm_type": "all_gather", "comm_group": "tp_group",
+             "comm_group_size": 2, "msg_size": 4096, "stage": "fwd, with a comma", "elapsed_ms": 0.5,
+             "algbw_gbps": None, "busbw_gbps": None, "emulated": False, "batch": None, "peer_rank": 1},
+            {"row": 3, "iteration": 1, "comm_type": "epoch_end", "elapsed_ms": 2.75}]
+    write_detail(tmp_path / "f_detail.csv", rows)
+    assert (tmp_path / "s_detail.csv").read_text() == (tmp_path / "f_detail.csv").read_text()
+    assert (tmp_path / "s_detail.csv").read_text().splitlines()[0] == ",".join(DETAIL_COLUMNS)
