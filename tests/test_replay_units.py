@@ -224,3 +224,28 @@ def test_streamed_detail_rows_read_as_the_final_ones(tmp_path):
     write_detail(tmp_path / "f_detail.csv", rows)
     assert (tmp_path / "s_detail.csv").read_text() == (tmp_path / "f_detail.csv").read_text()
     assert (tmp_path / "s_detail.csv").read_text().splitlines()[0] == ",".join(DETAIL_COLUMNS)
+
+
+# ---- progress bars ---------------------------------------------------------------------------------------
+
+class _Stream:
+    def __init__(self, tty: bool) -> None:
+        self.tty = tty
+
+    def isatty(self) -> bool:
+        return self.tty
+
+
+def test_progress_only_on_rank_0_and_a_terminal():
+    from replay.progress import Progress
+
+    assert Progress.for_rank(0, _Stream(True)).enabled
+    assert not Progress.for_rank(1, _Stream(True)).enabled
+    assert not Progress.for_rank(0, _Stream(False)).enabled
+    quiet = Progress.for_rank(0, _Stream(False))
+    quiet.start("warm-up", 10)
+    quiet.step()
+    printed = []
+    quiet.write(lambda text, flush: printed.append(text), "line")
+    quiet.close()
+    assert printed == ["line"]
