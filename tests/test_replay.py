@@ -502,8 +502,10 @@ SWEEP = ["--frame", "collective_test", "--begin_size", "1K", "--end_size", "1K",
 
 
 def test_a_slow_start_is_bounded_by_the_join_timeout_not_the_timeout(tmp_path):
-    # rank 1 joins 6 s late: well over --timeout, well within the default --join_timeout (1800 s)
-    run = launch([*SWEEP, "--timeout", "2"], 2, tmp_path, code=LATE_DRIVER, env={"LATE_S": "6"}, timeout=90)
+    # rank 1 joins 9 s late: over twice --timeout (which bounded the join before), well within the default
+    # --join_timeout (1800 s).  --timeout 4, not less: once joined, a rank that falls that far behind the
+    # other on a loaded machine fails a (gloo) operation, which is not what this test is about.
+    run = launch([*SWEEP, "--timeout", "4"], 2, tmp_path, code=LATE_DRIVER, env={"LATE_S": "9"}, timeout=120)
     assert [r.returncode for r in run.ranks] == [0, 0], [r.stderr[-1500:] for r in run.ranks]
     # --join_timeout bounds it: rank 0 gives up on a rank 1 that never comes
     late = tmp_path / "late"
@@ -512,8 +514,10 @@ def test_a_slow_start_is_bounded_by_the_join_timeout_not_the_timeout(tmp_path):
                  env={"LATE_S": "never"}, timeout=90)
     errors = run.ranks[0].our_errors()
     assert run.ranks[0].returncode == 1 and len(errors) == 1, run.ranks[0].stderr
-    assert errors[0].startswith("aicb.py: error: rank 0: could not join the 2-rank process group within "
-                                "--join_timeout 2 s"), errors[0]
+    # gloo's store gives up at --join_timeout (could not join ...); the watchdog, its grace later, is the
+    # fallback on a machine loaded enough to delay that (joining ... did not complete within ...)
+    assert errors[0].startswith("aicb.py: error: rank 0: ") and "2-rank process group" in errors[0], errors[0]
+    assert "within --join_timeout 2 s" in errors[0], errors[0]
 
 
 def _children(pid: int) -> list[int]:
