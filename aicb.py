@@ -6,18 +6,29 @@ computation (AIOB), and replay it over torch.distributed.
     torchrun --nproc_per_node 8 aicb.py --frame Inference -m DeepSeek-671B --phase decode --seq_length 1024 \\
         --micro_batch 32 --expert_model_parallel_size 8 --gpu_type H200       # replay decode steps
 
-Flags are AICB's (``python aicb.py --help``); ``--output`` names the workload CSV.
+Flags are AICB's (``python aicb.py --help``); ``--output`` names the workload CSV; ``--check`` checks
+a replay's flags and workloads without starting it.  Under torchrun every rank parses the same flags:
+an error in them (or one the ranks agree on) is reported by each node's local rank 0 only, and the
+others end silently with the same exit status 2 (torchrun still adds its own failure summary).
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import sys
+import time
+from collections.abc import Iterator
 
+from replay.env import SharedError, reports_errors
 from utils.cli import parse_job, run_main
+from utils.errors import UserError
 from workload_generator.entry import build_timed_workload, default_workload_path, report_memory
 
 PROG = "aicb.py"
+LINGER_S = 30.0
+"""How long a silent rank under torchrun waits for torchrun to stop it (see :func:`main`)."""
 
 
 def _torchrun_world(argv: list[str]) -> list[str]:
@@ -37,18 +48,58 @@ def _inference(argv: list[str]) -> bool:
                for i, a in enumerate(argv))
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = _torchrun_world(list(sys.argv[1:] if argv is None else argv))
-    if _inference(argv):  # inference steps: workload_generator.inference_entry's flags
-        from workload_generator.inference_entry import aicb_parse, aicb_workload_only
+@contextlib.contextmanager
+def _quiet_unless(reporting: bool) -> Iterator[None]:
+    """On a rank that does not report (see :func:`replay.env.reports_errors`), swallow what parsing
+    prints (argparse's error line, ``--help``): every rank would print the same."""
+    if reporting:
+        yield
+        return
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        yield
 
-        job, values = aicb_parse(argv, PROG)
+
+def main(argv: list[str] | None = None) -> int:
+    reporting = reports_errors()
+    try:
+        return _main(argv, reporting)
+    except SharedError:
+        if reporting:
+            raise
+        # The same error on every rank, which local rank 0 reports.  torchrun stops every worker as soon
+        # as one fails, so a silent rank that ended first could have local rank 0 stopped before it
+        # printed: under torchrun (TORCHELASTIC_RUN_ID) it waits to be stopped instead, for a while.
+        if "TORCHELASTIC_RUN_ID" in os.environ:
+            time.sleep(LINGER_S)
+        sys.exit(2)
+
+
+def _main(argv: list[str] | None, reporting: bool) -> int:
+    argv = _torchrun_world(list(sys.argv[1:] if argv is None else argv))
+    inference = _inference(argv)
+    try:
+        with _quiet_unless(reporting):
+            if inference:  # inference steps: workload_generator.inference_entry's flags
+                from workload_generator.inference_entry import aicb_parse
+
+                job, values = aicb_parse(argv, PROG)
+            else:
+                job, values = parse_job(argv, PROG, "Generate, time and replay the communication of a training "
+                                        "iteration.")
+    except UserError as exc:
+        raise SharedError(str(exc)) from None  # parsed alike on every rank
+    except SystemExit as exc:  # argparse: an error line (swallowed here if this rank is silent), or --help
+        if reporting or exc.code in (0, None):
+            raise
+        raise SharedError("bad flags") from None
+    if inference:
         if values["workload_only"]:
+            from workload_generator.inference_entry import aicb_workload_only
+
             return aicb_workload_only(job, values)
         from workload_applyer import replay_main
 
         return replay_main(job, values)
-    job, values = parse_job(argv, PROG, "Generate, time and replay the communication of a training iteration.")
     if values["workload_only"]:
         if job.training.frame == "collective_test":
             from workload_generator.generate_collective_test import write_sweep

@@ -8,10 +8,16 @@ come from the layout's RankGenerator, and every item runs with the torch.distrib
 matches it (``replay/ops.py``; gloo's gaps emulated and marked).  Buffers are allocated once and
 sliced.  Times: CUDA events on a GPU, the monotonic clock on CPU (``replay/timer.py``); bandwidths per
 FORMATS.md section 1 (``utils/units.py``, GB/s = 10^9 B/s, nccl-tests' bus factors).  Rank 0 prints a
-line per operation and writes the log CSV row by row (``log_analyzer/log.py``); at the end every
-rank's times are gathered so the detail CSV and the summaries show each operation's slowest rank.
-A watchdog (``replay/watchdog.py``) bounds every operation by ``--timeout`` and turns a dead peer or
-an interrupt into one message per rank, never a silent hang.
+line per operation (a line per message size in a sweep), shows progress bars on a terminal
+(``replay/progress.py``) and writes the log and detail CSVs row by row (``log_analyzer/log.py``); at
+the end every rank's times are gathered and the detail CSV is rewritten with each operation's
+slowest rank.  A watchdog (``replay/watchdog.py``) bounds the start by ``--join_timeout`` and every
+operation by ``--timeout``, and turns a dead peer, an interrupt or a killed launcher into one message
+per rank, never a silent hang.
+
+Under a launcher a user error every rank meets alike is reported by each node's local rank 0 only
+(:class:`replay.env.SharedError`); ``--check`` runs the checks once, before any process starts
+(:func:`check_main`; the AICB scripts do so before they start torchrun).
 
 Differences from AICB's applyer: broadcast and reduce use the item's root translated to a global
 rank (AICB broadcasts from group rank 0 and passes the group rank to reduce as if it were global),
@@ -29,9 +35,11 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
-from log_analyzer.log import LogWriter, detail_path, write_detail
+from log_analyzer.log import DetailWriter, LogWriter, detail_path, write_detail
 from replay.env import (
     ReplayOptions,
+    SharedError,
+    bind_to_parent,
     first_line,
     launch_env,
     log_names,
@@ -39,16 +47,18 @@ from replay.env import (
     needs_shared_aiob,
     options_from,
     rank_workload,
+    reports_errors,
     resolve_backend,
 )
 from replay.plan import ALIGN, Plan, Resolved, Step, describe, plan_workload
+from replay.progress import Progress
 from utils.config import JobConfig
 from utils.errors import ConfigError, UserError
 from utils.units import algbw, busbw, format_size
 from utils.workload import CommGroup, CommType, Workload
 
-__all__ = ["ReplayFault", "ReplayOptions", "ReplayResult", "WorkloadApplyer", "options_from", "replay_main",
-           "resolve_backend"]
+__all__ = ["ReplayFault", "ReplayOptions", "ReplayResult", "WorkloadApplyer", "check_main", "options_from",
+           "replay_main", "resolve_backend"]
 
 PROG = "aicb.py"
 _TORCH_DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16", "half": "float16",
@@ -86,21 +96,24 @@ class WorkloadApplyer:
 
     Construction plans the replay (checks every item against the layout; no torch needed, so a bad
     workload fails before any process starts talking); :meth:`setup` then needs
-    ``torch.distributed`` initialised.  ``log`` (rank 0) receives every logged operation as it
-    completes; ``watchdog`` (optional) is told what runs so that it can bound it and name it.
+    ``torch.distributed`` initialised.  ``log`` and ``detail`` (rank 0) receive every logged
+    operation as it completes; ``watchdog`` (optional) is told what runs so that it can bound it and
+    name it; ``progress`` shows the phases.
     """
 
     def __init__(self, workload: Workload, job: JobConfig, options: ReplayOptions, rank: int,
                  log: LogWriter | None = None, watchdog: Any = None, source: str = "workload",
-                 print_fn=print) -> None:
+                 print_fn=print, detail: DetailWriter | None = None, progress: Progress | None = None) -> None:
         self.workload = workload
         self.job = job
         self.options = options
         self.rank = rank
         self.device: Any = None
         self.log = log
+        self.detail = detail
         self.watchdog = watchdog
         self.print = print_fn
+        self.progress = progress or Progress(False)
         self.generator = job.parallel.rank_generator()
         self.plan: Plan = plan_workload(workload, self.generator, rank, options.dtype, source)
         self._seq: Counter = Counter()
@@ -118,14 +131,16 @@ class WorkloadApplyer:
         (nccl or gloo)."""
         import torch
 
-        from replay.groups import ProcessGroups
+        from replay.groups import ProcessGroups, group_count
         from replay.ops import Collectives
         from replay.timer import OpTimer
 
         self.device = device
         self._watch("creating the process groups")
-        self.groups = ProcessGroups(self.generator, self.rank, kinds if kinds is not None else self.plan.kinds,
-                                    self.options.timeout_s)
+        kinds = kinds if kinds is not None else self.plan.kinds
+        self.progress.start("process groups", group_count(self.generator, kinds))
+        self.groups = ProcessGroups(self.generator, self.rank, kinds, self.options.timeout_s, self.progress.step)
+        self.progress.close()
         cuda = self.device.type == "cuda"
         self.ops = Collectives(self.options.backend, self.options.emulate, self.device.index if cuda else None)
         one = torch.zeros(1, device=self.device)
@@ -172,16 +187,26 @@ class WorkloadApplyer:
         iteration of the workload, logged as 1, 2, ..."""
         result = ReplayResult()
         blocks = self.plan.blocks
+        progress = self.progress
+        progress.start("init", len(blocks[0]))
         self._run_block(blocks[0], 0, result)
-        if len(blocks) > 1:
-            for _ in range(self.options.warmup):
+        if len(blocks) > 1 and self.options.warmup:
+            progress.start("warm-up", self.options.warmup * len(blocks[1]))
+            for number in range(self.options.warmup):
+                progress.note(f"{number + 1}/{self.options.warmup}")
                 self._run_block(blocks[1], -1, result)
-        for number, block in enumerate(blocks[1:], start=1):
+        measured = blocks[1:]
+        progress.start("sizes" if self.options.sweep else "iterations", sum(len(b) for b in measured))
+        for number, block in enumerate(measured, start=1):
+            progress.note(f"{number}/{len(measured)}")
             self._run_block(block, number, result)
+        progress.close()
         self._idle()
         return result
 
     def _run_block(self, steps: list[Step], iteration: int, result: ReplayResult) -> None:
+        step_done = self.progress.step
+        first_row = len(result.rows)
         start = time.perf_counter_ns()
         for step in steps:
             self._watch((iteration, step.indexes[0]), bounded=step.kind != "compute")
@@ -198,6 +223,7 @@ class WorkloadApplyer:
             if iteration >= 0:
                 for index, elapsed_ms, key, emulated, batch in done:
                     self._record(result, iteration, index, elapsed_ms, key, emulated, batch)
+            step_done()
         if self.device.type == "cuda":
             import torch
 
@@ -207,20 +233,38 @@ class WorkloadApplyer:
             return
         result.block_ms.append(elapsed_ms)
         if self.log is not None:
-            result.rows.append(_Row(self.log.rows, iteration, -1, elapsed_ms, None))
+            if self.options.sweep and iteration >= 1:
+                self._size_line(result.rows[first_row:])
+            row = self.log.rows
+            result.rows.append(_Row(row, iteration, -1, elapsed_ms, None))
             self.log.write_epoch_end(elapsed_ms)
+            if self.detail is not None:
+                self.detail.write_epoch_end(row, iteration, elapsed_ms)
             if self.options.verbose:
                 name = "init" if iteration == 0 else f"iteration {iteration}"
                 self._console.append(f"[RANK {self.rank}] -------- {name} | time (ms): {elapsed_ms:.3f} --------")
         self.flush_console()
 
+    def _size_line(self, rows: list[_Row]) -> None:
+        """A sweep's console line for one message size: rank 0's mean time and its bandwidths."""
+        timed = [r for r in rows if r.index >= 0 and not self.workload.items[r.index].is_computation]
+        if not timed:
+            return
+        item = self.workload.items[timed[0].index]
+        mean_s = sum(r.elapsed_ms for r in timed) / len(timed) / 1e3
+        size = item.comm_group_size or self.plan.of(item).size
+        alg, bus = algbw(item.msg_size, mean_s), busbw(item.comm_type, item.msg_size, mean_s, size)
+        self._console.append(f"[RANK {self.rank}] {item.comm_type.value} {item.msg_size} B ({format_size(item.msg_size)}) "
+                             f"x {len(timed)} over {size} ranks: {mean_s * 1e6:.2f} us mean, algbw {alg:.3f} GB/s, "
+                             f"busbw {bus:.3f} GB/s")
+
     def flush_console(self) -> None:
         """Print the operation lines gathered since the last call.  They are printed per iteration,
         not per operation: a write to a (possibly slow) terminal between two operations would delay
-        rank 0 and make it everybody's straggler.  The log CSV is still written row by row."""
+        rank 0 and make it everybody's straggler.  The log and detail CSVs are still written row by row."""
         lines, self._console = self._console, []
         if lines:
-            self.print("\n".join(lines), flush=True)
+            self.progress.write(self.print, "\n".join(lines))
 
     def _record(self, result: ReplayResult, iteration: int, index: int, elapsed_ms: float, key: tuple | None,
                 emulated: bool, batch: int | None) -> None:
@@ -229,14 +273,21 @@ class WorkloadApplyer:
         result.rows.append(_Row(row, iteration, index, elapsed_ms, key, emulated, batch))
         if self.log is None:
             return
+        detail = self.detail
         if item.is_computation:
             self.log.write(item, elapsed_ms)
+            if detail is not None:
+                detail.write(row, iteration, index, item, elapsed_ms, emulated=emulated, batch=batch)
             if self.options.verbose:
                 self._console.append(f"[RANK {self.rank}] #{index} comp op: {item.stage} | time (ms): {elapsed_ms:.3f}")
             return
-        size = item.comm_group_size or self.plan.of(item).size
+        r = self.plan.of(item)
+        size = item.comm_group_size or r.size
         alg, bus = algbw(item.msg_size, elapsed_ms / 1e3), busbw(item.comm_type, item.msg_size, elapsed_ms / 1e3, size)
         self.log.write(item, elapsed_ms, alg, bus)
+        if detail is not None:
+            detail.write(row, iteration, index, item, elapsed_ms, alg, bus, emulated, batch, r.group.value, size,
+                         r.peer if r.peer is not None else r.root)
         if self.options.verbose:
             tag = " | emulated" if emulated else ""
             self._console.append(
@@ -429,7 +480,7 @@ def _agree(error: str | None) -> None:
     dist.all_gather_object(errors, error)
     for rank, message in enumerate(errors):
         if message is not None:
-            raise UserError(message if rank == dist.get_rank() else f"rank {rank}: {message}")
+            raise SharedError(message if rank == dist.get_rank() else f"rank {rank}: {message}")
 
 
 def _shared(make: Any, rank: int) -> Any:
@@ -444,83 +495,141 @@ def _shared(make: Any, rank: int) -> Any:
             box[1] = str(exc)
     dist.broadcast_object_list(box, src=0)
     if box[1] is not None:
-        raise UserError(box[1] if rank == 0 else f"rank 0: {box[1]}")
+        raise SharedError(box[1] if rank == 0 else f"rank 0: {box[1]}")
     return box[0]
+
+
+def check_main(job: JobConfig, values: dict[str, Any]) -> int:
+    """``aicb.py --check``: what every rank checks before it talks (the flags, the launch, the
+    workload of each pipeline stage's first rank, the backend), done once; nothing starts and nothing
+    is written.  Raises :class:`UserError`; prints one line when all is well."""
+    rank, world, _ = launch_env(job, check=True)
+    options = options_from(job, values)
+    if options.backend == "nccl":
+        import torch
+
+        resolve_backend(options.backend, torch.cuda.is_available())
+    base, workload_path = log_names(job, values)
+    generator = job.parallel.rank_generator()
+    stages = sorted({generator.coordinates(r)["pp"]: r for r in range(world - 1, -1, -1)}.items())
+    items = 0
+    if needs_shared_aiob(job, values):
+        what = "compute times measured by rank 0 at the start (AIOB): workloads not built"
+    else:
+        for _, first in stages:
+            workload, source = rank_workload(job, values, first)
+            WorkloadApplyer(workload, job, options, first, source=source)
+            items += len(workload)
+        what = f"{items} items in {len(stages)} pipeline stage(s) planned"
+    out_dir = os.path.join(values.get("output_dir") or "results", "comm_logs")
+    if reports_errors():
+        print(f"{PROG}: check passed: {world} ranks, {what}; the log would be "
+              f"{os.path.join(out_dir, base + '_log.csv')}", flush=True)
+    return 0
 
 
 def replay_main(job: JobConfig, values: dict[str, Any]) -> int:
     """``aicb.py`` without ``--workload_only``: replay this rank's workload and report.
 
-    User errors raise :class:`UserError` on every rank (exit 2, nothing written); a failed
-    operation, a vanished peer, a timeout or an interrupt ends every rank with one line naming the
-    operation (exit 1, or 128 + the signal), the log keeping every row that completed.
+    User errors raise :class:`UserError` on every rank (exit 2, nothing written; one every rank
+    meets alike is a :class:`SharedError`, which under a launcher only local rank 0 reports); a failed
+    operation, a vanished peer, a timeout, an interrupt or a killed launcher ends every rank with one
+    line naming the operation (exit 1, or 128 + the signal), the log and the detail CSV keeping every
+    row that completed.
     """
-    rank, world, local_rank = launch_env(job)
-    options = options_from(job, values)
+    if values.get("check"):
+        return check_main(job, values)
+    parent = bind_to_parent()  # before launch_env, which gives a lone process a launcher's variables
+    try:
+        rank, world, local_rank = launch_env(job)
+        options = options_from(job, values)
+    except UserError as exc:
+        raise SharedError(str(exc)) from None
     # Plan before torch starts: a bad workload fails in a moment; with more than one rank every rank
     # must learn of any rank's error (below), or the others would wait for it until the timeout.
     error: str | None = None
     applyer: WorkloadApplyer | None = None
-    aiob = needs_shared_aiob(job, values)   # measured below, on rank 0's device, once torch is up
-    try:
-        if not aiob:
-            workload, source = rank_workload(job, values, rank)
-            applyer = WorkloadApplyer(workload, job, options, rank, source=source)
-        base, workload_path = log_names(job, values)
-    except UserError as exc:
-        if world == 1:
-            raise
-        error = str(exc)
-    import torch
-    import torch.distributed as dist
-
-    options = replace(options, backend=resolve_backend(options.backend, torch.cuda.is_available()))
-    if applyer is not None:
-        applyer.options = options
-    if options.backend == "nccl":
-        os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")  # a failed peer aborts instead of hanging
-        torch.cuda.set_device(local_rank % torch.cuda.device_count())
-        device = torch.device("cuda", torch.cuda.current_device())
-    else:
-        device = torch.device("cpu")
-    prefix = f"{PROG}: error: rank {rank}: "
-    try:
-        dist.init_process_group(options.backend, timeout=timedelta(seconds=options.timeout_s), rank=rank,
-                                world_size=world)
-    except (RuntimeError, ValueError, TimeoutError) as exc:
-        print(f"{prefix}could not join the {world}-rank process group within --timeout {options.timeout_s:g} s: "
-              f"{first_line(exc)}", file=sys.stderr, flush=True)
-        os._exit(1)
-    from replay.watchdog import Watchdog
-
     log: LogWriter | None = None
+    detail: DetailWriter | None = None
+    aiob = needs_shared_aiob(job, values)   # measured below, on rank 0's device, once torch is up
+    prefix = f"{PROG}: error: rank {rank}: "
+    from replay.watchdog import Watchdog
 
     def describe(what: Any) -> str:
         return applyer.describe(what) if applyer is not None else str(what)
 
     def on_fatal() -> str | None:
         if applyer is not None:
+            applyer.progress.close()
             applyer.flush_console()
         sys.stdout.flush()
+        if detail is not None:
+            detail.flush()
         if log is None:
             return None
         log.flush()
         return f"; the log keeps the {log.rows} rows that completed: {log.path}"
 
-    watchdog = Watchdog(options.timeout_s, prefix, describe, on_fatal).start()
+    join = (options.join_timeout_s, "--join_timeout")
+    # started now, so that a killed launcher or an interrupt ends this rank during the start too
+    watchdog = Watchdog(options.timeout_s, prefix, describe, on_fatal, parent=parent).start()
+    try:
+        watchdog.watch("preparing this rank's workload", bounded=False)  # local work: the join bounds the wait for it
+        try:
+            if not aiob:
+                workload, source = rank_workload(job, values, rank)
+                applyer = WorkloadApplyer(workload, job, options, rank, source=source)
+            base, workload_path = log_names(job, values)
+        except UserError as exc:
+            if world == 1:
+                raise
+            error = str(exc)
+        import torch
+        import torch.distributed as dist
+
+        try:
+            options = replace(options, backend=resolve_backend(options.backend, torch.cuda.is_available()))
+        except UserError as exc:
+            raise SharedError(str(exc)) from None
+        if applyer is not None:
+            applyer.options = options
+        if options.backend == "nccl":
+            os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")  # a failed peer aborts instead of hanging
+            torch.cuda.set_device(local_rank % torch.cuda.device_count())
+            device = torch.device("cuda", torch.cuda.current_device())
+        else:
+            device = torch.device("cpu")
+        # the join waits for the slowest rank's start: --join_timeout, not --timeout, bounds it (and the
+        # default group, which only carries the ranks' agreements; operations run on their own groups)
+        watchdog.watch(f"joining the {world}-rank process group", limit=join)
+    except BaseException:
+        watchdog.stop()
+        raise
+    try:
+        dist.init_process_group(options.backend, timeout=timedelta(seconds=options.join_timeout_s), rank=rank,
+                                world_size=world)
+    except (RuntimeError, ValueError, TimeoutError) as exc:
+        sys.stderr.write(f"{prefix}could not join the {world}-rank process group within --join_timeout "
+                         f"{options.join_timeout_s:g} s: {first_line(exc)}\n")
+        sys.stderr.flush()
+        os._exit(1)
     try:
         watchdog.watch("agreeing that every rank is ready")
         _agree(error)
         if aiob:
-            watchdog.watch("measuring the compute times on rank 0 (AIOB; it must end within --timeout)")
+            watchdog.watch("measuring the compute times on rank 0 (AIOB; it must end within --join_timeout)",
+                           limit=join)
             compute = _shared(lambda: measure_aiob(job, values), rank)
             try:
                 workload, source = rank_workload(job, values, rank, compute)
                 applyer = WorkloadApplyer(workload, job, options, rank, source=source)
             except UserError as exc:
                 error = str(exc)
+            watchdog.watch("agreeing that every rank is ready")
             _agree(error)
         applyer.watchdog = watchdog
+        applyer.progress = Progress.for_rank(rank)
+        watchdog.watch("agreeing on the process groups")
         kinds_all: list[Any] = [None] * world
         dist.all_gather_object(kinds_all, sorted(k.value for k in applyer.plan.kinds))
         kinds = {CommGroup(k) for ks in kinds_all for k in ks}
@@ -530,13 +639,15 @@ def replay_main(job: JobConfig, values: dict[str, Any]) -> int:
                 workload.dump(workload_path)
             out_dir = os.path.join(values.get("output_dir") or "results", "comm_logs")
             log = applyer.log = LogWriter(os.path.join(out_dir, base + "_log.csv"))
+            detail = applyer.detail = DetailWriter(detail_path(log.path))
             print(f"[RANK 0] replaying {source}: {len(workload)} items on {world} ranks over {options.backend} "
                   f"({device}); log: {log.path}", flush=True)
         result = applyer.run()
         gathered = applyer.gather(result)
         if rank == 0:
             times, blocks = gathered
-            write_detail(detail_path(log.path), applyer.detail_rows(result, times, blocks))
+            detail.close()
+            write_detail(detail.path, applyer.detail_rows(result, times, blocks))
             log.close()
             from log_analyzer.log import report_text
 
@@ -555,7 +666,8 @@ def replay_main(job: JobConfig, values: dict[str, Any]) -> int:
         # named by what the watchdog was told was running
         text = str(fault) if isinstance(fault, ReplayFault) else f"{describe(watchdog.current)} failed: {first_line(fault)}"
         note = on_fatal()
-        print(f"{prefix}{text}{note or ''}", file=sys.stderr, flush=True)
+        sys.stderr.write(f"{prefix}{text}{note or ''}\n")  # one write: see replay/watchdog.py
+        sys.stderr.flush()
         os._exit(1)  # not sys.exit: tearing down a broken process group can hang
     except UserError:
         watchdog.stop()

@@ -10,13 +10,15 @@ Two files per replay, both under ``results/comm_logs/`` by default:
     (:class:`LogWriter`), so a crashed or killed run keeps every operation that completed.
 
 ``<name>_detail.csv``
-    Ours, written at the end of a run that completed: one row per row of the log (``row`` joins them)
-    with the iteration index, the workload item index, the operation's time on every rank that took
-    part, gathered after the run (``ranks_timed`` of them): the longest (``max_elapsed_ms``, on
-    ``slowest_rank``, usually the rank that arrived first and waited) and the shortest
-    (``min_elapsed_ms``, on ``last_arrival_rank``: the rank the others waited for, the straggler),
-    the bus bandwidth the slowest rank saw, whether the operation was ``emulated``
-    (gloo lacks it; see ``replay/ops.py``), its p2p ``batch`` and the global rank of its peer or root.
+    Ours: one row per row of the log (``row`` joins them) with the iteration index, the workload item
+    index, rank 0's time and bandwidths, whether the operation was ``emulated`` (gloo lacks it; see
+    ``replay/ops.py``), its p2p ``batch`` and the global rank of its peer or root, written as
+    operations complete (:class:`DetailWriter`: a stopped run keeps a row for every row of its log),
+    then, at the end of a run that completed, rewritten with the operation's time on every rank that
+    took part, gathered after the run (``ranks_timed`` of them; empty in a stopped run's file): the
+    longest (``max_elapsed_ms``, on ``slowest_rank``, usually the rank that arrived first and waited)
+    and the shortest (``min_elapsed_ms``, on ``last_arrival_rank``: the rank the others waited for,
+    the straggler) and the bus bandwidth the slowest rank saw.
 
 :meth:`Log.load` reads the log (ours or AICB's), joins the detail file when it is there, and returns
 typed pandas tables; :func:`report_text` is what the replay prints at the end of a run, from the
@@ -30,6 +32,7 @@ import csv
 import io
 import math
 import os
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -138,6 +141,78 @@ class LogWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _detail_cell(value: Any) -> str:
+    """A detail CSV cell as :func:`write_detail`'s csv writer spells it (None and non-finite: empty)."""
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else ""
+    return str(value)
+
+
+class DetailWriter:
+    """Streams the detail CSV (:data:`DETAIL_COLUMNS`) as operations complete, with what rank 0 knows
+    alone; the columns that need every rank's times (``max_elapsed_ms`` ... ``slowest_busbw_gbps``)
+    stay empty until :func:`write_detail` replaces the file at the end of the run.  As in
+    :class:`LogWriter`, the constant part of each item's row is formatted once.
+
+    Unlike the log, rows are flushed every ``FLUSH_S`` seconds (and at each iteration's end, and by
+    :meth:`flush`, which the replay calls when it stops on a fault or a signal), not one by one: a
+    flush is a system call, and rank 0 writes between two operations.  A rank killed outright
+    (SIGKILL) loses at most the last ``FLUSH_S`` seconds of detail rows; its log keeps them."""
+
+    FLUSH_S = 0.5
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = os.fspath(path)
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+            self._file = open(self.path, "w", newline="", encoding="utf-8")  # noqa: SIM115 (closed by close())
+        except OSError as exc:
+            from utils.io import OutputError
+
+            raise OutputError(f"cannot write {self.path}: {exc.strerror or exc}") from None
+        self._file.write(",".join(DETAIL_COLUMNS) + "\n")
+        self._file.flush()
+        self._flushed = time.monotonic()
+        self._parts: dict[int, tuple[WorkItem, str, str]] = {}
+        # the columns between busbw_gbps and emulated: every rank's times, known at the end only
+        self._gathered = "," * (DETAIL_COLUMNS.index("emulated") - DETAIL_COLUMNS.index("busbw_gbps"))
+
+    def write(self, row: int, iteration: int, index: int, item: WorkItem, elapsed_ms: float,
+              algbw_gbps: float | None = None, busbw_gbps: float | None = None, emulated: bool = False,
+              batch: int | None = None, group: str | None = None, group_size: int | None = None,
+              peer: int | None = None) -> None:
+        """One logged operation: its log ``row``, ``iteration``, workload ``index``, rank 0's time (ms)
+        and bandwidths (GB/s); ``group``, ``group_size`` and ``peer`` (a global rank) for communication."""
+        cached = self._parts.get(id(item))
+        if cached is None or cached[0] is not item:
+            size = "" if item.is_computation else str(item.msg_size)
+            head = f"{item.comm_type.value},{_detail_cell(group)},{_detail_cell(group_size)},{size},{_quote(item.stage)}"
+            cached = self._parts[id(item)] = (item, head, _detail_cell(peer))
+        self._file.write(f"{row},{iteration},{index},{cached[1]},{_detail_cell(elapsed_ms)},{_detail_cell(algbw_gbps)},"
+                         f"{_detail_cell(busbw_gbps)}{self._gathered}{emulated},{_detail_cell(batch)},{cached[2]}\n")
+        now = time.monotonic()
+        if now - self._flushed > self.FLUSH_S:
+            self._file.flush()
+            self._flushed = now
+
+    def write_epoch_end(self, row: int, iteration: int, elapsed_ms: float) -> None:
+        """The ``epoch_end`` row of an iteration: rank 0's wall time of it (ms)."""
+        cells = {"row": row, "iteration": iteration, "comm_type": "epoch_end", "elapsed_ms": elapsed_ms}
+        self._file.write(",".join(_detail_cell(cells.get(c)) for c in DETAIL_COLUMNS) + "\n")
+        self.flush()
+
+    def flush(self) -> None:
+        if not self._file.closed:
+            self._file.flush()
+            self._flushed = time.monotonic()
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self._file.close()
 
 
 def write_detail(path: str | os.PathLike, rows: Iterable[dict[str, Any]]) -> None:

@@ -8,7 +8,8 @@ it runs on:
 * :mod:`replay.groups` - the torch.distributed process groups of the workload's CommGroups;
 * :mod:`replay.ops` - the torch.distributed call of each operation, with gloo's emulations;
 * :mod:`replay.timer` - timing one operation (CUDA events or the host clock) and a precise sleep;
-* :mod:`replay.watchdog` - hangs, dead peers and signals turned into one message and an exit.
+* :mod:`replay.watchdog` - hangs, dead peers, signals and a killed launcher turned into one message and an exit;
+* :mod:`replay.progress` - progress bars of the replay's phases (rank 0, a terminal).
 
 The log it writes is :mod:`log_analyzer.log`'s (the format's writer and reader live together).
 """

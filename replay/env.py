@@ -7,9 +7,12 @@ process starts talking, so a bad flag or file costs a moment, not a timeout.
 
 from __future__ import annotations
 
+import math
 import os
 import re
+import signal
 import socket
+import sys
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -19,11 +22,20 @@ from utils.errors import ConfigError
 from utils.workload import CommType, Workload
 
 
+class SharedError(ConfigError):
+    """A user error every rank of the run meets alike: its flags, the launch, or an error the ranks
+    agreed on.  Under a launcher only each node's local rank 0 reports it (:func:`reports_errors`);
+    the other ranks end silently with the same exit status 2."""
+
+
 @dataclass(frozen=True)
 class ReplayOptions:
     """Replay settings: ``backend`` nccl or gloo; ``compute_mode`` auto, sleep, gemm or skip;
     ``warmup`` unlogged iterations; ``timeout_s`` the bound of one operation in seconds;
-    ``emulate`` operations forced onto their gloo emulation; ``dtype`` the element type."""
+    ``join_timeout_s`` the bound of the start (every rank joining the process group, rank 0's AIOB
+    measurement); ``emulate`` operations forced onto their gloo emulation; ``dtype`` the element type;
+    ``verbose`` a console line per operation; ``sweep`` a console line per message size instead
+    (``--frame collective_test``)."""
 
     backend: str = "gloo"
     compute_mode: str = "auto"
@@ -32,6 +44,8 @@ class ReplayOptions:
     emulate: frozenset[str] = frozenset()
     dtype: str = "bfloat16"
     verbose: bool = True
+    join_timeout_s: float = 1800.0
+    sweep: bool = False
 
 
 def options_from(job: JobConfig, values: dict[str, Any]) -> ReplayOptions:
@@ -41,15 +55,27 @@ def options_from(job: JobConfig, values: dict[str, Any]) -> ReplayOptions:
     warmup = int(values.get("warmup", 1))
     if warmup < 0:
         raise ConfigError(f"--warmup must not be negative, got {warmup}")
-    timeout = float(values.get("timeout", 300.0))
-    if not timeout > 0:
-        raise ConfigError(f"--timeout must be a positive number of seconds, got {timeout}")
+    timeout = _seconds(values.get("timeout", 300.0), "--timeout")
+    join_timeout = _seconds(values.get("join_timeout", 1800.0), "--join_timeout")
     try:
         emulate = parse_emulate(values.get("emulate"))
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    sweep = job.training.frame == "collective_test"
     return ReplayOptions(backend=backend, compute_mode=values.get("compute_mode") or "auto", warmup=warmup,
-                         timeout_s=timeout, emulate=emulate, dtype=job.training.dtype)
+                         timeout_s=timeout, emulate=emulate, dtype=job.training.dtype, verbose=not sweep,
+                         join_timeout_s=join_timeout, sweep=sweep)
+
+
+_MAX_SECONDS = 365 * 86400.0
+"""The longest timeout accepted (a year): torch's timedelta arithmetic overflows long before inf."""
+
+
+def _seconds(value: Any, flag: str) -> float:
+    seconds = float(value)
+    if not (math.isfinite(seconds) and 0 < seconds <= _MAX_SECONDS):
+        raise ConfigError(f"{flag} must be a positive number of seconds up to {_MAX_SECONDS:.0f} (a year), got {value}")
+    return seconds
 
 
 def resolve_backend(backend: str, cuda: bool) -> str:
@@ -61,9 +87,51 @@ def resolve_backend(backend: str, cuda: bool) -> str:
     return backend
 
 
-def launch_env(job: JobConfig) -> tuple[int, int, int]:
-    """(rank, world size, local rank) from torchrun's environment; a lone process for world 1."""
+def under_launcher() -> bool:
+    """Whether a per-node launcher (torchrun, or one like it) started this process: it sets LOCAL_RANK."""
+    return "LOCAL_RANK" in os.environ
+
+
+def reports_errors() -> bool:
+    """Whether this process reports the errors every rank meets alike: each node's local rank 0, or a
+    process no launcher started.  The others stay silent, so that a bad flag under ``torchrun
+    --nproc_per_node 8`` prints one line, not eight."""
+    return os.environ.get("LOCAL_RANK", "0").strip() in ("0", "")
+
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def bind_to_parent() -> int | None:
+    """Under a launcher, the launcher's process id (the parent's), for the watchdog to poll: a worker
+    whose launcher was killed (SIGKILL gives torchrun no chance to stop its workers) must not run on
+    alone.  On Linux the kernel is also asked to send SIGHUP at the parent's death (``prctl``'s
+    ``PR_SET_PDEATHSIG``; SIGHUP's default action ends the worker even before the watchdog handles it,
+    so a SIGHUP ignored since ``nohup torchrun ...`` is restored to it).  ``None`` outside a launcher:
+    a lone process outlives its shell on purpose (``nohup``), and its signals are left alone."""
+    if not under_launcher():
+        return None
+    parent = os.getppid()
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            if libc.prctl(_PR_SET_PDEATHSIG, ctypes.c_ulong(int(signal.SIGHUP)), ctypes.c_ulong(0), ctypes.c_ulong(0),
+                          ctypes.c_ulong(0)) == 0:
+                signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        except (OSError, AttributeError, ValueError):
+            pass  # the watchdog's poll remains (ValueError: signal.signal outside the main thread)
+    return parent
+
+
+def launch_env(job: JobConfig, check: bool = False) -> tuple[int, int, int]:
+    """(rank, world size, local rank) from torchrun's environment; a lone process for world 1.  With
+    ``check`` (``--check``: nothing starts) a process no launcher started stands for rank 0 of
+    ``--world_size`` ranks, and the environment is left alone."""
     world = job.parallel.world_size
+    if check and not under_launcher():
+        return 0, world, 0
     if "WORLD_SIZE" not in os.environ or "RANK" not in os.environ:
         if world != 1:
             raise ConfigError(f"--world_size {world} needs {world} processes: run under torchrun --nproc_per_node "

@@ -9,7 +9,7 @@ group" means the same thing to the workload, to Megatron and to torch.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -59,12 +59,15 @@ class GroupHandle:
 class ProcessGroups:
     """The process groups of ``kinds`` (CommGroups), created collectively; ``self[kind]`` is this rank's.
 
-    ``all_nodes`` uses the default (world) group; every other kind gets its own groups even where
-    its members coincide with another kind's, as Megatron does, so that operations on different
-    kinds never queue behind each other on one communicator.
+    Every kind gets its own groups even where its members coincide with another kind's, as Megatron
+    does, so that operations on different kinds never queue behind each other on one communicator;
+    ``all_nodes`` too gets a group of every rank rather than the default one, whose timeout is the
+    start's (``--join_timeout``), not an operation's (``timeout_s``).  ``on_group`` is called after
+    each group is created (a progress bar).
     """
 
-    def __init__(self, generator: RankGenerator, rank: int, kinds: Iterable[CommGroup], timeout_s: float) -> None:
+    def __init__(self, generator: RankGenerator, rank: int, kinds: Iterable[CommGroup], timeout_s: float,
+                 on_group: Callable[[], None] | None = None) -> None:
         import torch.distributed as dist
 
         self.generator = generator
@@ -76,12 +79,11 @@ class ProcessGroups:
             if kind not in wanted:
                 continue
             for index, ranks in enumerate(group_ranks(generator, kind)):
-                if kind is CommGroup.all_nodes:
-                    pg = dist.group.WORLD
-                else:
-                    pg = dist.new_group(ranks, timeout=timeout)
+                pg = dist.new_group(ranks, timeout=timeout)
                 if rank in ranks:
                     self._mine[kind] = GroupHandle(kind, index, list(ranks), pg)
+                if on_group is not None:
+                    on_group()
 
     def __contains__(self, kind: CommGroup) -> bool:
         return kind in self._mine
@@ -92,6 +94,11 @@ class ProcessGroups:
     def handles(self) -> list[GroupHandle]:
         """This rank's groups in creation order."""
         return [self._mine[k] for k in CommGroup if k in self._mine]
+
+
+def group_count(generator: RankGenerator, kinds: Iterable[CommGroup]) -> int:
+    """How many groups :class:`ProcessGroups` creates for ``kinds`` (every rank creates them all)."""
+    return sum(len(group_ranks(generator, kind)) for kind in set(kinds))
 
 
 def member_group(generator: RankGenerator, rank: int, kind: CommGroup) -> tuple[int, list[int]] | None:

@@ -306,7 +306,15 @@ def test_a_dead_rank_stops_every_rank_with_a_message(tmp_path):
     first = workload.items.index(iteration[0])
     assert [row_signature(r) for r in rows[0]] == [row_signature(i) for i in init]
     assert [row_signature(r) for r in rows[1]] == [row_signature(i) for i in workload.items[first:at]]
-    assert not (log_path.parent / (TINY_NAME.format(n=1, c=False) + "_detail.csv")).exists()
+    # the detail CSV was streamed too: a row per log row, rank 0's own (every rank's times are gathered
+    # only at the end of a run that completes)
+    log = Log.load(log_path)
+    assert log.detail_path is not None and log.items["item_index"].notna().all()
+    assert list(log.items["stage"]) == [i.stage for i in init + workload.items[first:at]]
+    assert [int(i) for i in log.items["item_index"]] == [workload.items.index(init[0]) + k for k in range(len(init))] + \
+        list(range(first, at))
+    assert log.items["slowest_rank"].isna().all() and log.items["ranks_timed"].isna().all()
+    assert list(log.iterations["time_ms"].notna()) == [True, False]   # init ended; iteration 1 was cut short
 
 
 def test_a_hung_rank_is_bounded_by_the_timeout(tmp_path):
@@ -468,6 +476,178 @@ def test_a_single_process_runs_without_torchrun(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "# all_reduce over 1 ranks" in proc.stdout
     assert (tmp_path / "results" / "comm_logs" / "collective_test_all_reduce_1n_detail.csv").exists()
+    # a sweep's console: a line per size, not per operation (AICB's 500 iterations x 11 sizes printed 5,510 lines)
+    lines = proc.stdout.splitlines()
+    assert not any(line.startswith("[RANK 0] #") for line in lines), proc.stdout
+    sizes = [line for line in lines if line.startswith("[RANK 0] all_reduce ")]
+    assert [line.split(" over ")[0] for line in sizes] == ["[RANK 0] all_reduce 1024 B (1 KiB) x 2",
+                                                          "[RANK 0] all_reduce 2048 B (2 KiB) x 2"]
+    assert len(Log.load(tmp_path / "results" / "comm_logs" / "collective_test_all_reduce_1n_log.csv").measured) == 4
+
+
+# ---- the launcher: a slow start, a killed launcher ------------------------------------------------------
+
+LATE_DRIVER = """
+import os, sys, time
+sys.path.insert(0, os.environ["AICB_ROOT"])
+if os.environ["RANK"] == "1":
+    if os.environ["LATE_S"] == "never":
+        sys.exit(0)
+    time.sleep(float(os.environ["LATE_S"]))   # a slow start: imports and generation on a loaded machine
+import aicb
+from utils.cli import run_main
+run_main(lambda: aicb.main(sys.argv[1:]), "aicb.py")
+"""
+SWEEP = ["--frame", "collective_test", "--begin_size", "1K", "--end_size", "1K", "--iter_num", "2", "--warmup", "0"]
+
+
+def test_a_slow_start_is_bounded_by_the_join_timeout_not_the_timeout(tmp_path):
+    # rank 1 joins 9 s late: over twice --timeout (which bounded the join before), well within the default
+    # --join_timeout (1800 s).  --timeout 4, not less: once joined, a rank that falls that far behind the
+    # other on a loaded machine fails a (gloo) operation, which is not what this test is about.
+    run = launch([*SWEEP, "--timeout", "4"], 2, tmp_path, code=LATE_DRIVER, env={"LATE_S": "9"}, timeout=120)
+    assert [r.returncode for r in run.ranks] == [0, 0], [r.stderr[-1500:] for r in run.ranks]
+    # --join_timeout bounds it: rank 0 gives up on a rank 1 that never comes
+    late = tmp_path / "late"
+    late.mkdir()
+    run = launch([*SWEEP, "--timeout", "60", "--join_timeout", "2"], 2, late, code=LATE_DRIVER,
+                 env={"LATE_S": "never"}, timeout=90)
+    errors = run.ranks[0].our_errors()
+    assert run.ranks[0].returncode == 1 and len(errors) == 1, run.ranks[0].stderr
+    # gloo's store gives up at --join_timeout (could not join ...); the watchdog, its grace later, is the
+    # fallback on a machine loaded enough to delay that (joining ... did not complete within ...)
+    assert errors[0].startswith("aicb.py: error: rank 0: ") and "2-rank process group" in errors[0], errors[0]
+    assert "within --join_timeout 2 s" in errors[0], errors[0]
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (from /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    if int(handle.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        found.append(int(entry))
+            except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+                pass
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_killing_the_launcher_stops_every_worker(tmp_path):
+    """SIGKILL gives torchrun no chance to stop its workers; before, they ran on to the end."""
+    g, a = CommGroup, CommType
+    for rank in range(4):
+        items = [WorkItem(a.barrier, g.all_nodes, 4, 0, "init"), WorkItem(a.epoch_end),
+                 WorkItem(a.all_reduce, g.all_nodes, 4, 4096, "before")]
+        if rank == 0:   # rank 0 computes for 2 minutes; the others wait for it inside an all-reduce (in gloo)
+            items.append(WorkItem(a.computation, stage="long", time_ns=120e9))
+        items += [WorkItem(a.all_reduce, g.all_nodes, 4, 4096, "after"), WorkItem(a.epoch_end)]
+        Workload(items=items).dump(tmp_path / f"w_{rank}.csv")
+    log_path = tmp_path / "results" / "comm_logs" / "w_rank_log.csv"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "4", "--master_port", str(free_port()),
+           str(ROOT / "aicb.py"), "--workload", "w_{rank}.csv", "--warmup", "0", "--compute_mode", "sleep",
+           "--timeout", "600"]
+    with open(tmp_path / "out.txt", "w") as out, open(tmp_path / "err.txt", "w") as err:
+        launcher = subprocess.Popen(cmd, cwd=tmp_path, env=base_env(), stdout=out, stderr=err)
+    workers: list[int] = []
+    try:
+        deadline = time.monotonic() + 90
+        # rank 0 logged init and the first all-reduce: every rank is in iteration 1
+        while time.monotonic() < deadline and launcher.poll() is None:
+            if log_path.exists() and len(log_path.read_text().splitlines()) >= 4:
+                break
+            time.sleep(0.2)
+        assert launcher.poll() is None, (tmp_path / "err.txt").read_text()[-3000:]
+        workers = _children(launcher.pid)
+        assert len(workers) == 4
+        launcher.kill()
+        launcher.wait()
+        deadline = time.monotonic() + 60   # generous; the workers notice within a second
+        while time.monotonic() < deadline and any(_alive(w) for w in workers):
+            time.sleep(0.2)
+        assert not any(_alive(w) for w in workers), "workers outlived their launcher"
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+        for worker in workers:
+            if _alive(worker):
+                os.kill(worker, signal.SIGKILL)
+    errors = [line for line in (tmp_path / "err.txt").read_text().splitlines() if line.startswith("aicb.py:")]
+    assert sorted(line.split(": ")[2] for line in errors) == [f"rank {r}" for r in range(4)], errors
+    assert all(f"the launcher (process {launcher.pid}) is gone; stopping during operation 3 of iteration 1" in line
+               for line in errors), errors
+    # the log and the detail keep what completed: init's barrier, its epoch_end, the first all-reduce
+    log = Log.load(log_path)
+    assert list(log.items["stage"]) == ["init", "before"] and log.items["item_index"].notna().all()
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--bogus"], "unrecognized arguments: --bogus"),                                       # argparse, every rank
+    (["--begin_size", "2K", "--end_size", "1K"], "--end_size 1024 is smaller than --begin_size 2048"),   # agreed
+])
+def test_a_user_error_under_torchrun_is_one_line(tmp_path, extra, message):
+    """Before, every worker printed the line (torchrun's failure report follows either way: it is
+    torchrun's; the AICB scripts check before they start it)."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
+           str(ROOT / "aicb.py"), "--frame", "collective_test", *extra]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=base_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    ours = [line for line in (proc.stdout + proc.stderr).splitlines() if line.startswith("aicb.py:")]
+    assert ours == [f"aicb.py: error: {message}"], proc.stderr[-3000:]
+    assert "exitcode  : 2" in proc.stderr   # the root cause torchrun names: local rank 0's exit status
+    assert not (tmp_path / "results").exists()
+
+
+PROGRESS_WORKLOAD = [WorkItem(CommType.epoch_end), WorkItem(CommType.computation, stage="a", time_ns=1.05e9),
+                     WorkItem(CommType.computation, stage="b", time_ns=1.05e9), WorkItem(CommType.epoch_end)]
+"""An iteration of two 1.05 s computations: the warm-up and the measured phase each run 2.1 s (> 2 s); a
+bar shows at the first step after 2 s, the second one."""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a pseudo-terminal")
+def test_progress_bars_on_a_terminal(tmp_path):
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    Workload(items=PROGRESS_WORKLOAD).dump(tmp_path / "p.csv")
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))   # a new one is 0 columns wide
+    with open(tmp_path / "out.txt", "w") as out:
+        proc = subprocess.Popen([sys.executable, str(ROOT / "aicb.py"), "--workload", "p.csv", "--warmup", "1",
+                                 "--compute_mode", "sleep"], cwd=tmp_path, env=base_env(), stdout=out, stderr=slave)
+    os.close(slave)
+    seen = b""
+    try:
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:   # EIO: the process closed the terminal
+                break
+            if not chunk:
+                break
+            seen += chunk
+        assert proc.wait(timeout=120) == 0, seen.decode(errors="replace")[-2000:]
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = seen.decode(errors="replace")
+    assert "warm-up:" in text and "iterations:" in text and "2/2" in text, text[-2000:]
+    assert "[RANK 0] #1 comp op: a" in (tmp_path / "out.txt").read_text()   # the console lines go to stdout
 
 
 # ---- user errors: one line, exit 2, nothing written --------------------------------------------------

@@ -3,6 +3,8 @@ buffers), the process-group lists, the flags, the sweep workload, the watchdog."
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -146,6 +148,23 @@ def test_options_and_backend():
         options_from(job, values)
 
 
+@pytest.mark.parametrize("flag, value", [("--timeout", "inf"), ("--timeout", "nan"), ("--join_timeout", "inf"),
+                                         ("--join_timeout", "-1")])
+def test_timeouts_must_be_finite(flag, value):
+    # inf once passed the check and ended in timedelta's OverflowError, a traceback
+    job, values = parse_job(["--frame", "collective_test", flag, value], "t", "")
+    with pytest.raises(ConfigError, match=f"{flag} must be a positive number of seconds"):
+        options_from(job, values)
+
+
+def test_the_join_has_its_own_timeout():
+    job, values = parse_job(["--frame", "collective_test", "--timeout", "5"], "t", "")
+    options = options_from(job, values)
+    assert (options.timeout_s, options.join_timeout_s) == (5, 1800)   # a slow start is not an operation
+    job, values = parse_job(["--frame", "collective_test", "--join_timeout", "60"], "t", "")
+    assert options_from(job, values).join_timeout_s == 60
+
+
 def test_sweep_workload_like_nccl_tests():
     assert sweep_sizes(1 << 20, 1 << 30, 2)[-1] == 1 << 30 and len(sweep_sizes(1 << 20, 1 << 30, 2)) == 11
     assert sweep_sizes(1024, 5000, 4) == [1024, 4096]
@@ -195,3 +214,152 @@ def test_watchdog_ends_a_hang_or_a_signal_with_one_line(mode, status, message):
                           timeout=30)
     assert proc.returncode == status and proc.stderr.strip() == message, proc.stderr
     assert time.monotonic() - start < 10
+
+
+# ---- a killed launcher (no torch: fast) ------------------------------------------------------------
+
+ORPHAN_WORKER = """
+import sys, time
+sys.path.insert(0, {root!r})
+import os
+from replay.watchdog import Watchdog
+dog = Watchdog(60, "p: ", describe=lambda w: f"operation {{w}}", on_fatal=lambda: "; log kept",
+               parent=os.getppid()).start()
+dog.watch(7)
+open(sys.argv[1], "w").write("ready")
+time.sleep(60)
+"""
+LAUNCHER = """
+import subprocess, sys, time
+worker = subprocess.Popen([sys.executable, "-c", sys.argv[1], sys.argv[2]], stderr=open(sys.argv[3], "w"))
+print(worker.pid, flush=True)
+time.sleep(60)
+"""
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie waiting for its new parent to reap it does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_worker_whose_launcher_was_killed_stops(tmp_path):
+    """The watchdog's poll of the parent process (the fallback where prctl's death signal is not had)."""
+    ready, err = tmp_path / "ready", tmp_path / "err.txt"
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, ORPHAN_WORKER.format(root=str(ROOT)), str(ready),
+                                 str(err)], stdout=subprocess.PIPE, text=True)
+    worker = int(launcher.stdout.readline())
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ready.exists() and alive(worker)
+        launcher.kill()   # SIGKILL: the launcher cannot pass anything on
+        launcher.wait()
+        deadline = time.monotonic() + 30
+        while alive(worker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not alive(worker), "the worker outlived its launcher"
+        assert err.read_text().strip() == (f"p: the launcher (process {launcher.pid}) is gone; stopping during "
+                                           "operation 7; log kept")
+    finally:
+        if alive(worker):
+            os.kill(worker, signal.SIGKILL)
+        launcher.stdout.close()
+
+
+# ---- checks before anything starts -------------------------------------------------------------------
+
+def test_check_flag_checks_every_stage_and_writes_nothing(tmp_path):
+    for stage in (0, 1):
+        Workload(items=[WorkItem(T.all_reduce, G.tp_group, 2, 64, "a"), WorkItem(T.epoch_end)]).dump(
+            tmp_path / f"w{stage}.csv")
+    base = [sys.executable, str(ROOT / "aicb.py"), "--tensor_model_parallel_size", "2", "--pipeline_model_parallel",
+            "2", "--num_layers", "2", "--world_size", "4", "--check"]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    ok = subprocess.run([*base, "--workload", "w{pp_rank}.csv"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                        timeout=60)
+    assert ok.returncode == 0, ok.stderr
+    # 2 stages of 2 items each (an all-reduce and its epoch_end)
+    assert ok.stdout.strip().startswith("aicb.py: check passed: 4 ranks, 4 items in 2 pipeline stage(s) planned")
+    # stage 1's file is wrong: the check reads it too (as stage 1's first rank, rank 2, would)
+    Workload(items=[WorkItem(T.all_reduce, G.tp_group, 4, 64, "a")]).dump(tmp_path / "w1.csv")
+    bad = subprocess.run([*base, "--workload", "w{pp_rank}.csv"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+    assert bad.stderr.startswith("aicb.py: error: w1.csv: item 0") and "comm_group_size 4" in bad.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["w0.csv", "w1.csv"]   # nothing written
+
+
+@pytest.mark.parametrize("script, args, needle", [
+    ("coll_comm_check", ["--begin_size", "2K", "--end_size", "1K"], "--end_size 1024 is smaller than --begin_size 2048"),
+    ("megatron_gpt", ["-m", "13", "--tensor_model_parallel_size", "2", "--warmup", "-1"],
+     "--warmup must not be negative, got -1"),
+    ("megatron_gpt", ["-m", "13", "--tensor_model_parallel_size", "2", "--bogus"], "unrecognized arguments: --bogus"),
+])
+def test_scripts_check_a_replay_before_torchrun_starts(tmp_path, script, args, needle):
+    """Before, torchrun started every worker, each printed the line, and torchrun added its traceback
+    (exit 1)."""
+    proc = subprocess.run([sys.executable, "-m", "utils.aicb_scripts", script, "--nproc_per_node", "2", *args],
+                          cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert proc.stdout == "" and proc.stderr.strip().splitlines() == [f"aicb.py: error: {needle}"], proc.stderr
+
+
+# ---- the detail CSV, streamed --------------------------------------------------------------------------
+
+def test_streamed_detail_rows_read_as_the_final_ones(tmp_path):
+    """A stopped run keeps the streamed detail rows: they must be the rows the end of the run writes,
+    less the columns of every rank's times."""
+    from log_analyzer.log import DETAIL_COLUMNS, DetailWriter, write_detail
+
+    comm = WorkItem(T.all_gather, G.tp_group, 2, 4096, "fwd, with a comma")
+    comp = WorkItem(T.computation, stage="gemm", shapes=((8, 8), (8, 8)), time_ns=1e6)
+    streamed = DetailWriter(tmp_path / "s_detail.csv")
+    streamed.write(0, 1, 3, comm, 0.25, 16.384, 8.192, True, 7, "tp_group", 2, 1)
+    streamed.write(1, 1, 4, comp, 1.5)
+    streamed.write(2, 1, 5, comm, 0.5, float("inf"), None, False, None, "tp_group", 2, 1)
+    streamed.write_epoch_end(3, 1, 2.75)
+    streamed.close()
+    rows = [{"row": 0, "iteration": 1, "item_index": 3, "comm_type": "all_gather", "comm_group": "tp_group",
+             "comm_group_size": 2, "msg_size": 4096, "stage": "fwd, with a comma", "elapsed_ms": 0.25,
+             "algbw_gbps": 16.384, "busbw_gbps": 8.192, "emulated": True, "batch": 7, "peer_rank": 1},
+            {"row": 1, "iteration": 1, "item_index": 4, "comm_type": "computation", "stage": "gemm", "elapsed_ms": 1.5,
+             "emulated": False, "batch": None},
+            {"row": 2, "iteration": 1, "item_index": 5, "comm_type": "all_gather", "comm_group": "tp_group",
+             "comm_group_size": 2, "msg_size": 4096, "stage": "fwd, with a comma", "elapsed_ms": 0.5,
+             "algbw_gbps": None, "busbw_gbps": None, "emulated": False, "batch": None, "peer_rank": 1},
+            {"row": 3, "iteration": 1, "comm_type": "epoch_end", "elapsed_ms": 2.75}]
+    write_detail(tmp_path / "f_detail.csv", rows)
+    assert (tmp_path / "s_detail.csv").read_text() == (tmp_path / "f_detail.csv").read_text()
+    assert (tmp_path / "s_detail.csv").read_text().splitlines()[0] == ",".join(DETAIL_COLUMNS)
+
+
+# ---- progress bars ---------------------------------------------------------------------------------------
+
+class _Stream:
+    def __init__(self, tty: bool) -> None:
+        self.tty = tty
+
+    def isatty(self) -> bool:
+        return self.tty
+
+
+def test_progress_only_on_rank_0_and_a_terminal():
+    from replay.progress import Progress
+
+    assert Progress.for_rank(0, _Stream(True)).enabled
+    assert not Progress.for_rank(1, _Stream(True)).enabled
+    assert not Progress.for_rank(0, _Stream(False)).enabled
+    quiet = Progress.for_rank(0, _Stream(False))
+    quiet.start("warm-up", 10)
+    quiet.step()
+    printed = []
+    quiet.write(lambda text, flush: printed.append(text), "line")
+    quiet.close()
+    assert printed == ["line"]

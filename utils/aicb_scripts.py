@@ -3,7 +3,9 @@
 
 AICB's scripts assign a model size's defaults (tp, pp, ...) after reading the flags, silently
 replacing what the user typed.  Here a size only fills in what the user did not give.  Flags the
-scripts do not know are passed on to the Python entry, which checks them.
+scripts do not know are passed on to the Python entry, which checks them: before a replay, once, in
+this process's ``aicb.py --check``, so that a bad flag is one line and exit status 2 rather than one
+line per worker and torchrun's failure report.
 """
 
 from __future__ import annotations
@@ -258,6 +260,27 @@ def _gpus_on_node() -> int | None:
     return None
 
 
+_LAUNCH_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "TORCHELASTIC_RUN_ID")
+"""What a launcher sets for its workers; the check runs as a process no launcher started."""
+
+
+def check_replay(cmd: list[str]) -> int:
+    """Before torchrun starts its workers, run their checks once here (``aicb.py ... --check``: the
+    flags, the layout, every stage's workload); returns its exit status, having printed its error when
+    it failed (0 for a command that is not a torchrun replay)."""
+    if "aicb.py" not in cmd or cmd[0] == sys.executable:
+        return 0
+    args = cmd[cmd.index("aicb.py") + 1:]
+    env = {k: v for k, v in os.environ.items() if k not in _LAUNCH_VARIABLES}
+    done = subprocess.run([sys.executable, "aicb.py", *args, "--check"], env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        if done.returncode != 2:  # not a user error: show everything
+            sys.stdout.write(done.stdout)
+        sys.stderr.write(done.stderr)
+        sys.stderr.flush()
+    return done.returncode
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in SCRIPTS:
         raise ConfigError(f"usage: python -m utils.aicb_scripts {{{'|'.join(SCRIPTS)}}} [flags]")
@@ -265,6 +288,9 @@ def main(argv: list[str]) -> int:
     cmd = command_for(SCRIPTS[argv[0]], argv[1:], notes=notes)
     for note in notes:
         print(f"note: {note}", file=sys.stderr, flush=True)
+    status = check_replay(cmd)
+    if status != 0:
+        return status
     print("+ " + shlex.join(cmd), flush=True)
     return subprocess.run(cmd).returncode
 

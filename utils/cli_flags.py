@@ -232,6 +232,10 @@ REPLAY = [
        choices=("auto", "sleep", "gemm", "skip")),
     _f("--warmup", 1, "untimed, unlogged iterations before the measured ones"),
     _f("--timeout", 300.0, "seconds any one operation may take before every rank stops with a message", type=float),
+    _f("--join_timeout", 1800.0, "seconds the ranks may take to start and join the process group (and rank 0 to "
+       "measure AIOB's compute times) before every rank stops with a message", type=float),
+    _switch("--check", "check the flags, the launch and every pipeline stage's workload as the replay would, then "
+            "stop: no process group, nothing written (the AICB scripts run it once before torchrun)"),
     _f("--workload", None, "replay this AICB workload CSV instead of generating one ({pp_rank} and {rank} in the "
        "path pick a file per pipeline stage or rank)", type=str),
     _f("--emulate", None, "run these collectives (comma list, or all) as the gloo emulations do, even where the "
