@@ -7,7 +7,7 @@ Each rank generates its own pipeline stage's workload (or loads ``--workload``),
 come from the layout's RankGenerator, and every item runs with the torch.distributed call that
 matches it (``replay/ops.py``; gloo's gaps emulated and marked).  Buffers are allocated once and
 sliced.  Times: CUDA events on a GPU, the monotonic clock on CPU (``replay/timer.py``); bandwidths per
-FORMATS.md section 1 (``utils/units.py``, GB/s = 10^9 B/s, nccl-tests' bus factors).  Rank 0 prints a
+docs/formats.md section 1 (``utils/units.py``, GB/s = 10^9 B/s, nccl-tests' bus factors).  Rank 0 prints a
 line per operation and writes the log CSV row by row (``log_analyzer/log.py``); at the end every
 rank's times are gathered so the detail CSV and the summaries show each operation's slowest rank.
 A watchdog (``replay/watchdog.py``) bounds every operation by ``--timeout`` and turns a dead peer or

@@ -1,5 +1,5 @@
 """topo.topology: reading SimAI topology files, errors that name file/line/field, and the model's numbers
-(derived by hand from the wiring rules of TOPOLOGY.md)."""
+(derived by hand from the wiring rules of docs/topology.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Read SimAI topology files and model what a simulator needs from them.
 
-The file format (``shared/FORMATS.md`` section 3, ``shared/TOPOLOGY.md`` section 2)::
+The file format (``docs/formats.md`` section 3, ``docs/topology.md`` section 2)::
 
     line 1: <total nodes> <gpus per server> <nvswitch count> <other switch count> <link count> <gpu type>
     line 2: <switch id> ... (the first <nvswitch count> are NVSwitches, the rest packet switches)
@@ -221,7 +221,7 @@ class Topology:
 
     @cached_property
     def nvlink_bps_per_gpu(self) -> np.ndarray:
-        """Per GPU: the sum of its GPU-NVSwitch link bandwidths, bits per second (SIM_MODEL.md)."""
+        """Per GPU: the sum of its GPU-NVSwitch link bandwidths, bits per second (docs/sim_model.md)."""
         return self._per_gpu(NVSWITCH)
 
     @cached_property
@@ -277,7 +277,7 @@ class Topology:
     @cached_property
     def rail_optimized(self) -> bool:
         """True when every ASW serves one local GPU index (``g % gps``) only: rail k of every server
-        meets on its own ASWs (FORMATS.md section 3).  A one-GPU-per-server file is never "rail"."""
+        meets on its own ASWs (docs/formats.md section 3).  A one-GPU-per-server file is never "rail"."""
         gpu, sw, _ = self._gpu_links(PACKET_SWITCH)
         if self.gpus_per_server < 2 or not len(gpu):
             return False
