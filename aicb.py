@@ -15,6 +15,7 @@ import os
 import sys
 
 from utils.cli import parse_job, run_main
+from utils.errors import ConfigError
 from workload_generator.entry import build_timed_workload, default_workload_path, report_memory
 
 PROG = "aicb.py"
@@ -37,6 +38,16 @@ def _inference(argv: list[str]) -> bool:
                for i, a in enumerate(argv))
 
 
+def _require_torch() -> None:
+    """The replay runs on torch.distributed: without torch, one line that says what to install."""
+    try:
+        import torch  # noqa: F401
+    except ImportError as exc:
+        raise ConfigError(f"the replay needs torch ({exc}): install the torch extra, pip install '.[torch]', or use "
+                          "the toolkit's environment (. .venv/bin/activate, made by python3 make.py setup); "
+                          "--workload_only needs no torch") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = _torchrun_world(list(sys.argv[1:] if argv is None else argv))
     if _inference(argv):  # inference steps: workload_generator.inference_entry's flags
@@ -45,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         job, values = aicb_parse(argv, PROG)
         if values["workload_only"]:
             return aicb_workload_only(job, values)
+        _require_torch()
         from workload_applyer import replay_main
 
         return replay_main(job, values)
@@ -66,10 +78,16 @@ def main(argv: list[str] | None = None) -> int:
 
             print(f"visual output: {write_visual(path, output_dir=values.get('output_dir'))}")
         return 0
+    _require_torch()
     from workload_applyer import replay_main
 
     return replay_main(job, values)
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The console entry point (pyproject.toml's [project.scripts])."""
     run_main(lambda: main(sys.argv[1:]), PROG)
+
+
+if __name__ == "__main__":
+    cli()
