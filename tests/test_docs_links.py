@@ -1,5 +1,5 @@
 """Every document the code, the help texts and the README cite exists in the repository (issue 21, item 15:
-they cited SIMAI_ANALYTICAL.md, SIM_MODEL.md and FORMATS.md, which lived outside it)."""
+they cited the SimAI-model, simulation-model and file-format notes of a private folder outside it)."""
 
 from __future__ import annotations
 
