@@ -160,9 +160,6 @@ def job_of(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     if job.training.frame not in ("Megatron", "DeepSeek"):
         raise ConfigError(f"--frame {job.training.frame}: the simulator takes Megatron and DeepSeek jobs (give -w FILE "
                           "for a SimAI workload)")
-    from workload_generator.limits import check_megatron
-
-    check_megatron(job)  # every stage is generated and played: the whole job's items, before any is built
     return job, values
 
 

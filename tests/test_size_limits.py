@@ -49,7 +49,7 @@ MEGATRON = ["--model_name", "gpt_7B", "--world_size", "8", "--tensor_model_paral
     (["aicb.py", "--frame", "Inference", "-m", "deepseek-671B", "--gpu_type", "H200", "--epoch_num", "1e9",
       "--workload_only", "-o", "out.csv"], "--epoch_num"),
     (["-m", "simulator", "--gpu_type", "H100", *MEGATRON, "--global_batch", "1e9", "-g_p_s", "8", "-r", "out-"],
-     "the whole job (1 pipeline stages) would hold about"),
+     "the workload of pipeline rank 0 would hold about"),
     (["-m", "simulator", "--gpu_type", "H100", *MEGATRON, "--num_layers", "1e7", "--model", "topo", "-g_p_s", "8",
       "-r", "out-"], "--num_layers (10,000,000)"),
 ])
@@ -62,6 +62,18 @@ def test_entries_refuse_unbounded_jobs(tmp_path, args, needle):
     assert "items (" in lines[0] and "as an AICB workload CSV), above the limit of 5,000,000 (--max_items)" in lines[0]
     assert needle in lines[0]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_topo_model_plays_a_long_pipeline_within_the_limit(tmp_path):
+    """--model topo with pipeline stages builds the micro-batches it plays before a cycle repeats: 100,000
+    micro-batches of a 2-stage job (about 18 million items if generated in full) simulate under the limit."""
+    from simulator.cli import main
+    from topo.gen import main as topo_main
+
+    topo = tmp_path / "t16"
+    assert topo_main(["-topo", "Spectrum-X", "-g", "16", "-o", str(topo)]) == 0
+    assert main(["-t", str(topo), "--gpu_type", "H100", *MEGATRON[:2], "--world_size", "16", "--tensor_model_parallel_size",
+                 "8", "--pipeline_model_parallel", "2", "--global_batch", "100000", "-q", "-r", str(tmp_path) + "/"]) == 0
 
 
 def _items(argv: list[str]) -> tuple[int, int]:

@@ -6,9 +6,11 @@ but the list and the file hold each occurrence), so ``--num_layers 1e7``, ``--gl
 from the job's dimensions (one transformer layer of each kind is built and counted; nothing else is) and
 refuses a job above ``--max_items`` (default :data:`DEFAULT_MAX_ITEMS`) with one line naming the count, the
 size of the CSV it would write and the flags that drive it.  The checks sit where the jobs are built:
-:class:`~workload_generator.megatron.MegatronWorkload` and the DeepSpeed generator check their stage (every
-Megatron and DeepSpeed entry, the replay and the simulator go through them), the simulator's whole-job mode
-checks the sum over its stages, the collective sweep and the inference entries check theirs.
+:class:`~workload_generator.megatron.MegatronWorkload` and the DeepSpeed generator check their stage before
+building it (every Megatron and DeepSpeed entry, the replay, and the simulator's whole-job mode, which builds
+each stage's generator: with ``--model topo`` and pipeline stages those are built for the few micro-batches
+it plays before repeating a cycle, so a long ``--global_batch`` simulates without reaching the limit); the
+collective sweep and the inference entries check theirs.
 """
 
 from __future__ import annotations
