@@ -37,6 +37,7 @@ from simulator.options import SimAIOptions
 from simulator.repeat import RepeatedLayers, repeat_segments, repeat_sum
 from simulator.result import CollectiveCost, LayerResult, SimulationResult, Totals
 from utils.errors import ConfigError, FormatError
+from utils.progress import progress
 from workload_generator.simai import SimAIWorkload
 from workload_generator.simai_tokens import classify
 
@@ -350,44 +351,53 @@ def _run_records(model: SimAIModel) -> tuple[RepeatedLayers, tuple[float, ...]]:
     gives the same double as adding them one record at a time (a term a record does not book is added
     as 0.0, which leaves a sum unchanged).  The result is identical to the unrolled loop to the bit."""
     records = model.workload.records
-    dp_keep, tp_keep, ep_keep = model.dp_keep, model.tp_keep, model.ep_keep
-    cost = model.cost
     sums = [0.0] * len(_SUMS)
     parts: list[tuple[list[LayerResult], int]] = []
-    for start, length, times in repeat_segments(records, model.ga):
-        templates: list[LayerResult] = []
-        terms: list[list[float]] = [[] for _ in _SUMS]
-        dp, dp_ep, tp, ep, compute, exposed, bubble = terms
-        for index in range(start, start + length):
-            r = records[index]
-            # SimAI scales compute times by its float compute_scale (1.0): a float32 round trip.
-            fwd_c, ig_c, wg_c = int(f32(r.fwd_compute_ns)), int(f32(r.ig_compute_ns)), int(f32(r.wg_compute_ns))
-            fwd = cost("fwd", r.fwd_comm, r.fwd_size_bytes)
-            ig = cost("ig", r.ig_comm, r.ig_size_bytes)
-            wg = cost("wg", r.wg_comm, r.wg_size_bytes)
-            bubble.append((fwd.time_ns + fwd_c + wg_c + ig_c + ig.time_ns) / 1000.0 if r.name != BUBBLE_EXCLUDED else 0.0)
-            wg_exp = _expose(wg.time_ns, dp_keep)
-            booked_wg = "DP_EP" if wg.group == "DP_EP" else "DP"
-            dp_ep.append(wg_exp / 1000.0 if booked_wg == "DP_EP" else 0.0)
-            dp.append(0.0 if booked_wg == "DP_EP" else wg_exp / 1000.0)
-            if fwd.group == "EP":
-                booked = "EP"
-                fwd_exp, ig_exp = _expose(fwd.time_ns, ep_keep), _expose(ig.time_ns, ep_keep)
-                ep.append((fwd_exp + ig_exp) / 1000.0)
-                tp.append(0.0)
-            else:
-                booked = "TP"
-                fwd_exp, ig_exp = _expose(fwd.time_ns, tp_keep), _expose(ig.time_ns, tp_keep)
-                tp.append((fwd_exp + ig_exp) / 1000.0)
-                ep.append(0.0)
-            compute += (fwd_c / 1000.0, wg_c / 1000.0, ig_c / 1000.0)
-            exposed += (fwd_exp / 1000.0, wg_exp / 1000.0, ig_exp / 1000.0)
-            templates.append(LayerResult(index, r.name, fwd_c, ig_c, wg_c, fwd, ig, wg, fwd_exp, ig_exp, wg_exp,
-                                         booked, booked_wg))
-        for k, addends in enumerate(terms):
-            sums[k] = repeat_sum(sums[k], addends, times)
-        parts.append((templates, times))
+    with progress(total=len(records), desc="simai model", unit="record") as bar:
+        for start, length, times in repeat_segments(records, model.ga):
+            _run_segment(model, records, start, length, times, sums, parts)
+            bar.update(length * times)
     return RepeatedLayers(parts, _reindexed), tuple(sums)
+
+
+def _run_segment(model: SimAIModel, records: list, start: int, length: int, times: int, sums: list[float],
+                 parts: list[tuple[list[LayerResult], int]]) -> None:
+    """Cost the ``length`` records from ``start`` once, add their terms ``times`` times to ``sums`` and
+    their results to ``parts`` (one segment of :func:`_run_records`)."""
+    dp_keep, tp_keep, ep_keep = model.dp_keep, model.tp_keep, model.ep_keep
+    cost = model.cost
+    templates: list[LayerResult] = []
+    terms: list[list[float]] = [[] for _ in _SUMS]
+    dp, dp_ep, tp, ep, compute, exposed, bubble = terms
+    for index in range(start, start + length):
+        r = records[index]
+        # SimAI scales compute times by its float compute_scale (1.0): a float32 round trip.
+        fwd_c, ig_c, wg_c = int(f32(r.fwd_compute_ns)), int(f32(r.ig_compute_ns)), int(f32(r.wg_compute_ns))
+        fwd = cost("fwd", r.fwd_comm, r.fwd_size_bytes)
+        ig = cost("ig", r.ig_comm, r.ig_size_bytes)
+        wg = cost("wg", r.wg_comm, r.wg_size_bytes)
+        bubble.append((fwd.time_ns + fwd_c + wg_c + ig_c + ig.time_ns) / 1000.0 if r.name != BUBBLE_EXCLUDED else 0.0)
+        wg_exp = _expose(wg.time_ns, dp_keep)
+        booked_wg = "DP_EP" if wg.group == "DP_EP" else "DP"
+        dp_ep.append(wg_exp / 1000.0 if booked_wg == "DP_EP" else 0.0)
+        dp.append(0.0 if booked_wg == "DP_EP" else wg_exp / 1000.0)
+        if fwd.group == "EP":
+            booked = "EP"
+            fwd_exp, ig_exp = _expose(fwd.time_ns, ep_keep), _expose(ig.time_ns, ep_keep)
+            ep.append((fwd_exp + ig_exp) / 1000.0)
+            tp.append(0.0)
+        else:
+            booked = "TP"
+            fwd_exp, ig_exp = _expose(fwd.time_ns, tp_keep), _expose(ig.time_ns, tp_keep)
+            tp.append((fwd_exp + ig_exp) / 1000.0)
+            ep.append(0.0)
+        compute += (fwd_c / 1000.0, wg_c / 1000.0, ig_c / 1000.0)
+        exposed += (fwd_exp / 1000.0, wg_exp / 1000.0, ig_exp / 1000.0)
+        templates.append(LayerResult(index, r.name, fwd_c, ig_c, wg_c, fwd, ig, wg, fwd_exp, ig_exp, wg_exp,
+                                     booked, booked_wg))
+    for k, addends in enumerate(terms):
+        sums[k] = repeat_sum(sums[k], addends, times)
+    parts.append((templates, times))
 
 
 def _reindexed(layer: LayerResult, index: int) -> LayerResult:
