@@ -138,3 +138,15 @@ def test_inference_file_refuses_inf(tmp_path, capsys):
     out = tmp_path / "i.txt"
     _refused(capsys, main, ["DeepSeek-671B", "--comp_filepath", str(aiob), "--output", str(out)],
              f"{aiob}:5: atten_mla.time_gpu_avg: expected a time in microseconds", out)
+
+
+def test_written_times_read_back_as_written():
+    """A time just under a whole number (873.9996 us, as AIOB's averages come out) was written "874.000" and
+    read back as 874.0, then written "874": the file did not round-trip (test_aiob's round trip failed when a
+    measured average fell so).  Rounded to 3 decimals: 873.9996 -> "874"; 0.0004 -> "0"; 12.3456 -> "12.346"."""
+    from mocked_model.aiob.compute_file import SectionTimes
+
+    compute = ComputeFile(sections={"atten_qkv": SectionTimes(873.9996, 0.0004, 12.3456, None)})
+    text = compute.dumps()
+    assert "time_gpu_max: 874\n" in text and "time_gpu_min: 0\n" in text and "time_gpu_avg: 12.346\n" in text
+    assert ComputeFile.loads(text).dumps() == text

@@ -211,4 +211,7 @@ class ComputeFile:
 
 
 def _num(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else f"{value:.3f}"
+    """A time as written: 3 decimals, none when they are all zero (decided on the rounded text, so that
+    873.9996 is written ``874`` and reads back as it is written)."""
+    text = f"{float(value):.3f}"
+    return text[:-4] if text.endswith(".000") else text
