@@ -59,6 +59,17 @@ def _quiet_unless(reporting: bool) -> Iterator[None]:
         yield
 
 
+def _require_torch() -> None:
+    """The replay runs on torch.distributed: without torch, one line that says what to install (every
+    rank meets it alike, so local rank 0 alone reports it)."""
+    try:
+        import torch  # noqa: F401
+    except ImportError as exc:
+        raise SharedError(f"the replay needs torch ({exc}): install the torch extra, pip install '.[torch]', or use "
+                          "the toolkit's environment (. .venv/bin/activate, made by python3 make.py setup); "
+                          "--workload_only needs no torch") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     reporting = reports_errors()
     try:
@@ -97,6 +108,7 @@ def _main(argv: list[str] | None, reporting: bool) -> int:
             from workload_generator.inference_entry import aicb_workload_only
 
             return aicb_workload_only(job, values)
+        _require_torch()
         from workload_applyer import replay_main
 
         return replay_main(job, values)
@@ -117,10 +129,16 @@ def _main(argv: list[str] | None, reporting: bool) -> int:
 
             print(f"visual output: {write_visual(path, output_dir=values.get('output_dir'))}")
         return 0
+    _require_torch()
     from workload_applyer import replay_main
 
     return replay_main(job, values)
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The console entry point (pyproject.toml's [project.scripts])."""
     run_main(lambda: main(sys.argv[1:]), PROG)
+
+
+if __name__ == "__main__":
+    cli()

@@ -7,7 +7,7 @@ Each rank generates its own pipeline stage's workload (or loads ``--workload``),
 come from the layout's RankGenerator, and every item runs with the torch.distributed call that
 matches it (``replay/ops.py``; gloo's gaps emulated and marked).  Buffers are allocated once and
 sliced.  Times: CUDA events on a GPU, the monotonic clock on CPU (``replay/timer.py``); bandwidths per
-FORMATS.md section 1 (``utils/units.py``, GB/s = 10^9 B/s, nccl-tests' bus factors).  Rank 0 prints a
+docs/formats.md section 1 (``utils/units.py``, GB/s = 10^9 B/s, nccl-tests' bus factors).  Rank 0 prints a
 line per operation (a line per message size in a sweep), shows progress bars on a terminal
 (``replay/progress.py``) and writes the log and detail CSVs row by row (``log_analyzer/log.py``); at
 the end every rank's times are gathered and the detail CSV is rewritten with each operation's

@@ -209,5 +209,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     return {"report": cmd_report, "plot": cmd_plot, "compare": cmd_compare}[args.command](args)
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The console entry point (pyproject.toml's [project.scripts])."""
     run_main(lambda: main(sys.argv[1:]), PROG)
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,6 +1,6 @@
 """What a file is, from its header: a replay log, an AICB workload CSV, or a simulator result.
 
-The replay log (FORMATS.md section 5) and the workload CSV (section 4) share their 12 columns: a log
+The replay log (docs/formats.md section 5) and the workload CSV (section 4) share their 12 columns: a log
 times its operations (``_elapsed_time`` of its communication and ``epoch_end`` rows), a workload does
 not (at most its computation rows carry nanoseconds).  The first such row decides.  Anything else ends
 with one line naming the file and what was expected (:data:`EXPECTED`).

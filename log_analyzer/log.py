@@ -3,9 +3,9 @@
 Two files per replay, both under ``results/comm_logs/`` by default:
 
 ``<name>_log.csv``
-    FORMATS.md section 5, the file AICB's tools read: the 12 workload columns, one row per executed
+    docs/formats.md section 5, the file AICB's tools read: the 12 workload columns, one row per executed
     and timed item in execution order as rank 0 saw it; ``_elapsed_time`` in milliseconds, ``algbw``
-    and ``busbw`` in GB/s (10^9 B/s, nccl-tests' factors, FORMATS.md section 1); ``epoch_end`` rows carry
+    and ``busbw`` in GB/s (10^9 B/s, nccl-tests' factors, docs/formats.md section 1); ``epoch_end`` rows carry
     the iteration's wall time in ms (the first block is init).  Written and flushed row by row
     (:class:`LogWriter`), so a crashed or killed run keeps every operation that completed.
 
@@ -92,7 +92,7 @@ def _row_parts(item: WorkItem) -> tuple[str, str]:
 
 
 class LogWriter:
-    """Writes the log CSV of FORMATS.md section 5 as operations complete.
+    """Writes the log CSV of docs/formats.md section 5 as operations complete.
 
     Every row is flushed at once (a killed rank loses at most the operation in flight); this is the
     one output of the toolkit that is deliberately not written atomically.  The constant part of

@@ -1,6 +1,6 @@
 """Simulation results for analysis: the simulator's result files read back, or a :class:`SimulationResult`.
 
-``python -m simulator`` writes, under one prefix (``simulator/report.py``, FORMATS.md section 7):
+``python -m simulator`` writes, under one prefix (``simulator/report.py``, docs/formats.md section 7):
 ``<prefix>EndToEnd.csv`` (SimAI's layout: the end-to-end terms in whole microseconds, then one row per
 layer record), and ours: ``<prefix>simai_layers.csv`` (``--model simai``) or ``<prefix>topo_stages.csv``,
 ``topo_layers.csv`` and ``topo_collectives.csv`` (``--model topo``).  :meth:`SimResult.load` takes any

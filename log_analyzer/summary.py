@@ -2,7 +2,7 @@
 
 The replay prints these at the end of a run (computed from the files it has just written, so a
 notebook that loads the same files gets the same numbers).  Conventions: times in ms (the sweep
-table in us, as nccl-tests prints), bandwidths in GB/s = 10^9 B/s (FORMATS.md section 1); ``std`` is
+table in us, as nccl-tests prints), bandwidths in GB/s = 10^9 B/s (docs/formats.md section 1); ``std`` is
 the population standard deviation (ddof=0, as AICB's numpy.std); ``p90`` numpy's linear-interpolated
 90th percentile.  No torch here.
 """

@@ -13,7 +13,7 @@ The collective comes from the ``Collective test starting`` line, the binary's na
 or ``--kind``; the ranks from the ``#  Rank`` lines (``-g``/``-t`` with one rank line per GPU) and the
 nodes from their host names, unless ``--ranks`` / ``--ranks_per_node`` say otherwise.  Times are the
 out-of-place columns (``in_place=True``: the in-place ones), as nccl-tests reports its averages.  Sizes,
-algbw and busbw keep nccl-tests' definitions, which are ours (FORMATS.md section 1); algbw and busbw
+algbw and busbw keep nccl-tests' definitions, which are ours (docs/formats.md section 1); algbw and busbw
 are recomputed from size and time (nccl-tests prints two decimals).
 """
 

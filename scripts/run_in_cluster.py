@@ -76,7 +76,8 @@ def docker_command(env: dict[str, str], toolkit_dir: str, image: str, command: s
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="run_in_cluster.py", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="run_in_cluster.py", description=__doc__.split("\n\n")[0],
+                                     epilog="Flag by flag against AICB's script: docs/aicb_scripts.md")
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     parser.add_argument("--iplist", default=os.environ.get("IPLIST", "iplist"),
                         help="one address per line (default $IPLIST or ./iplist)")

@@ -3,8 +3,8 @@
 Models (``--model``):
 
 - ``simai``: SimAI 1.7's analytical model, reproduced number for number
-  (``SIMAI_ANALYTICAL.md``; :mod:`simulator.simai_model`).
-- ``topo``: our topology-aware model (``SIM_MODEL.md``; :mod:`simulator.topo_model`): NCCL's
+  (``docs/simai_analytical.md``; :mod:`simulator.simai_model`).
+- ``topo``: our topology-aware model (``docs/sim_model.md``; :mod:`simulator.topo_model`): NCCL's
   alpha-beta costs (:mod:`simulator.collectives`) over the topology and the rank placement
   (:mod:`simulator.fabric`), stage programs from SimAI files or our Megatron workloads
   (:mod:`simulator.programs`), the real 1F1B / interleaved schedule played across stages

@@ -1,19 +1,29 @@
 """``python -m simulator``: see :mod:`simulator.cli`; ``python -m simulator validate``: see
-:mod:`simulator.validation`; ``python -m simulator search``: see :mod:`simulator.search`."""
+:mod:`simulator.validation`; ``python -m simulator search``: see :mod:`simulator.search`.  The console entry
+points ``aicb-simulator`` and ``aicb-search`` (pyproject.toml) call :func:`cli` and :func:`search_cli`."""
 
 import sys
 
 from utils.cli import run_main
 
-if __name__ == "__main__":
+
+def cli() -> None:
     if sys.argv[1:2] == ["validate"]:
         from simulator.validation import PROG, main
 
         run_main(lambda: main(sys.argv[2:]), PROG)
     if sys.argv[1:2] == ["search"]:
-        from simulator.search import PROG, main
-
-        run_main(lambda: main(sys.argv[2:]), PROG)
+        search_cli(sys.argv[2:])
     from simulator.cli import PROG, main
 
     run_main(main, PROG)
+
+
+def search_cli(argv: list[str] | None = None) -> None:
+    from simulator.search import PROG, main
+
+    run_main(lambda: main(sys.argv[1:] if argv is None else argv), PROG)
+
+
+if __name__ == "__main__":
+    cli()

@@ -52,7 +52,7 @@ def build_parser(job_flags: bool = True) -> CliParser:
     p.add_argument("-w", "--workload", metavar="FILE",
                    help="SimAI workload file (.txt); without it, the job flags below describe the job")
     p.add_argument("--model", choices=MODEL_CHOICES, default=None,
-                   help="simai: SimAI 1.7's analytical model (SIMAI_ANALYTICAL.md); topo: ours (SIM_MODEL.md). "
+                   help="simai: SimAI 1.7's analytical model (docs/simai_analytical.md); topo: ours (docs/sim_model.md). "
                         "Default: topo with -t, else simai")
     p.add_argument("-t", "--topology", metavar="FILE",
                    help="SimAI topology file (python -m topo.gen); implies --model topo.  SimAI's ns-3 spelling "
@@ -327,7 +327,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             bw = result.setup.get("pp_busbw_gibps")
             print(f"note: -pp_o {args.pp_overlap:g} differs from SimAI 1.7's meaning: SimAI divides the PP term by "
                   f"pp_o as if it were a bandwidth; here the PP term is 2 x vpp x ga x pp_comm / PP busbw"
-                  f"{f' ({bw:g} GiB/s, --pp_busbw)' if bw else ' (--pp_busbw)'} x (1 - pp_o)")
+                  f"{f' ({bw * 2**30 / 1e9:.1f} GB/s: --pp_busbw {bw:g} GiB/s)' if bw else ' (--pp_busbw)'} x (1 - pp_o)")
         print(report.summary_text(result))
         if result.setup.get("sources"):
             print(result.setup["sources"])
@@ -380,10 +380,12 @@ def simulate_job(job: Any, topology: str | None, options: Any, model: str, profi
     if profile is not None and profile.compute is not None:  # --profile: measured compute first, the model behind
         from workload_generator.compute_times import fill_compute_times
 
-        fill_compute_times(gen().items, "model", estimator=profile.compute_time_ns)
+        report = fill_compute_times(gen().items, "model", estimator=profile.compute_time_ns)
     else:
-        fill_job_times(gen().items, job, source)
+        report = fill_job_times(gen().items, job, source)
     result = api.simulate(derive_simai(gen).workload, None, options, model="simai")
+    if report.warning():
+        result.warnings.append(report.warning())
     from mocked_model.memory import estimate_memory
 
     result.memory = estimate_memory(job, job.training.gpu_type)

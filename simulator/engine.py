@@ -1,4 +1,4 @@
-"""The pipeline engine: plays every stage's script against the others (SIM_MODEL.md, "Time of one iteration").
+"""The pipeline engine: plays every stage's script against the others (docs/sim_model.md, "Time of one iteration").
 
 Each stage is a sequence of steps run in order on its compute stream; what couples stages is data:
 

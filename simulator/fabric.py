@@ -1,4 +1,4 @@
-"""Where ranks sit and what links their groups use (``--model topo``; SIM_MODEL.md, "Placement").
+"""Where ranks sit and what links their groups use (``--model topo``; docs/sim_model.md, "Placement").
 
 Rank r runs on GPU r: server ``r // gpus_per_server``, local GPU ``r % gpus_per_server`` (SimAI's
 placement, and Megatron's when consecutive ranks fill a node).  A group's shape
@@ -42,7 +42,7 @@ from topo.topology import connected_labels
 from utils.errors import ConfigError
 
 NVLINK_LINK_LATENCY_S = 0.025e-6
-"""SimAI's topology generator default ``-nl 0.000025ms`` per GPU-NVSwitch link (TOPOLOGY.md section 1)."""
+"""SimAI's topology generator default ``-nl 0.000025ms`` per GPU-NVSwitch link (docs/topology.md section 1)."""
 NIC_LINK_LATENCY_S = 0.5e-6
 """SimAI's topology generator default ``-l 0.0005ms`` per NIC-ASW link."""
 
@@ -91,7 +91,7 @@ class DerivedFabric:
         self.nvlink_Bps = nvlink_Bps
         self.nic_share_Bps = nic_Bps * nics_per_server / gpus_per_server
         self.description = (f"derived two-tier fabric: {gpus} GPUs, {gpus_per_server} per server, NVLink "
-                            f"{nvlink_Bps / 2**30:g} GiB/s, {nics_per_server} NICs of {nic_Bps / 2**30:g} GiB/s per server")
+                            f"{nvlink_Bps / 1e9:.1f} GB/s, {nics_per_server} NICs of {nic_Bps / 1e9:.1f} GB/s per server")
 
     def group_shape(self, ranks: Sequence[int]) -> GroupShape:
         members = np.asarray(ranks, dtype=np.int64)

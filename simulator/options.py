@@ -1,6 +1,6 @@
 """Inputs of the analytical models other than the workload: cluster shape and bandwidths.
 
-Units: bandwidths are GiB/s busbw, as SimAI reads ``-nv`` and ``-nic`` (FORMATS.md section 1 keeps
+Units: bandwidths are GiB/s busbw, as SimAI reads ``-nv`` and ``-nic`` (docs/formats.md section 1 keeps
 GiB/s for SimAI compatibility only); overlap ratios are fractions in [0, 1].
 """
 
@@ -15,7 +15,7 @@ from simulator.cfloat import f32
 from utils.errors import ConfigError
 
 # SimAI's calbusbw.h: NVLink busbw = per-link bandwidth * links (20.6 for SM90, 20.0 for SM80), in
-# double, stored as float.  SIMAI_ANALYTICAL.md, "Inputs".
+# double, stored as float.  docs/simai_analytical.md, "Inputs".
 GPU_NVLINK_GIBPS = {
     "H100": f32(20.6 * 18), "H20": f32(20.6 * 18), "H800": f32(20.6 * 8), "A100": f32(20.0 * 12), "A800": f32(20.0 * 8),
 }
@@ -58,7 +58,7 @@ def _check_cluster(options: Any) -> None:
 
 @dataclass(frozen=True)
 class SimAIOptions:
-    """SimAI-analytical's flags (SIMAI_ANALYTICAL.md, "Inputs").
+    """SimAI-analytical's flags (docs/simai_analytical.md, "Inputs").
 
     ``gpus`` (-g) defaults to the workload's ``all_gpus``; ``gpus_per_server`` (-g_p_s) and
     ``nics_per_server`` (-n_p_s) are required (SimAI crashes without them).  ``nvlink_bw`` (-nv)
@@ -116,7 +116,7 @@ class SimAIOptions:
 
 @dataclass(frozen=True)
 class TopoOptions:
-    """Inputs of ``--model topo`` besides the workload and the topology (SIM_MODEL.md).
+    """Inputs of ``--model topo`` besides the workload and the topology (docs/sim_model.md).
 
     - ``gpus`` (-g): ranks to place (default: the workload's ``all_gpus`` / the job's world size);
       the topology must hold at least that many GPUs.

@@ -18,7 +18,7 @@ on it; compute profiles depend only on the GPU type (``sku``), so the reader mer
 folder of a sku (a GEMM measured for one model prices the same GEMM of another).
 
 Network files: one row per measured point, units in the column names, nccl-tests' conventions
-(FORMATS.md section 1: ``size_bytes`` is the whole buffer, GB/s = 1e9 B/s, ``busbw = algbw x factor``)::
+(docs/formats.md section 1: ``size_bytes`` is the whole buffer, GB/s = 1e9 B/s, ``busbw = algbw x factor``)::
 
     ranks, ranks_per_node, size_bytes, time_us, algbw_gbps, busbw_gbps[, more columns]
 

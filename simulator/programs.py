@@ -1,4 +1,4 @@
-"""Stage programs: the one internal form ``--model topo`` plays (SIM_MODEL.md, "Time of one iteration").
+"""Stage programs: the one internal form ``--model topo`` plays (docs/sim_model.md, "Time of one iteration").
 
 A :class:`StageScript` is what one pipeline stage runs in one iteration: the steps of Megatron's
 schedule for that stage (:func:`workload_generator.schedules.pipeline_schedule`: forward and
@@ -50,7 +50,7 @@ GROUP_CATEGORY = {
 CROSS_STAGE_GROUPS = frozenset({"pp_group", "mp_group", "embedding_group", "all_nodes"})
 """Groups whose members sit in several pipeline stages."""
 SIMAI_GROUPS = {"TP": "tp_group", "EP": "ep_group", "DP": "dp_group", "DP_EP": "ep_dp_group"}
-"""SimAI token groups (SIMAI_ANALYTICAL.md) -> our CommGroup values."""
+"""SimAI token groups (docs/simai_analytical.md) -> our CommGroup values."""
 
 
 @dataclass(slots=True)
@@ -153,7 +153,7 @@ def _simai_comm(token: str, column: str, size: int) -> tuple[str, str] | None:
 
 
 def scripts_from_simai(workload, gpus: int, overlap_grad_reduce: bool) -> Scripts:
-    """Scripts of every stage from a SimAI workload file (FORMATS.md section 2).
+    """Scripts of every stage from a SimAI workload file (docs/formats.md section 2).
 
     Records inside the ``ga`` micro-batch blocks (:func:`find_blocks`) make the forward (fwd compute,
     fwd comm, in file order) and backward (ig compute, ig comm, wg compute, wg comm, in reverse

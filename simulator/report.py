@@ -1,6 +1,6 @@
 """Result files and the printed summary.
 
-- ``<prefix>EndToEnd.csv``: SimAI's layout exactly (FORMATS.md section 7): the terms header, their
+- ``<prefix>EndToEnd.csv``: SimAI's layout exactly (docs/formats.md section 7): the terms header, their
   values as ``v (p%)`` in whole microseconds, then the per-layer table with times in whole
   microseconds and algbw/busbw in GiB/s with two decimals (``-nan`` / ``inf`` as SimAI prints them).
 - ``<prefix>simai_layers.csv``: ours, one row per layer record with every phase's compute, comm
@@ -47,7 +47,7 @@ def _us0(value_us: float) -> str:
 
 
 def end_to_end_text(result: SimulationResult, file_name: str) -> str:
-    """The text of SimAI's ``EndToEnd.csv`` (FORMATS.md section 7); ``file_name`` fills the first cell."""
+    """The text of SimAI's ``EndToEnd.csv`` (docs/formats.md section 7); ``file_name`` fills the first cell."""
     totals = result.totals
     lines = [", ".join(["File name"] + [label for _, label in TERMS])]
     cells = [file_name]
@@ -136,14 +136,19 @@ def summary_text(result: SimulationResult) -> str:
         f"ep {s.get('ep')} pp {s.get('pp')} dp {s.get('dp')} ga {s.get('ga')} vpp {s.get('vpp')}; {s.get('gpus')} GPUs, "
         f"{s.get('gpus_per_server')} GPUs per server; " + (
             f"busbw from {s['busbw_file']} (SimAI's -busbw)" if s.get("busbw_file") else
-            f"{s.get('nics_per_server')} NICs per server; NVLink {s.get('nvlink_gibps'):g} GiB/s, "
-            f"NIC {s.get('nic_gibps'):g} GiB/s"),
+            f"{s.get('nics_per_server')} NICs per server; NVLink {_gbps(s.get('nvlink_gibps'))} (-nv "
+            f"{s.get('nvlink_gibps'):g} GiB/s), NIC {_gbps(s.get('nic_gibps'))} (-nic {s.get('nic_gibps'):g} GiB/s)"),
     ]
     width = max(len(label) for _, label in TERMS)
     for name, label in TERMS:
         value = getattr(result.totals, name)
         lines.append(f"  {label:<{width}}  {value:>16,.3f} us  {c_fixed(result.totals.share_pct(name), 2):>6}%")
     return "\n".join(lines)
+
+
+def _gbps(gibps: float | None) -> str:
+    """A SimAI bandwidth (GiB/s, its flags' unit) in the toolkit's unit: GB/s = 1e9 B/s (docs/formats.md section 1)."""
+    return "?" if gibps is None else f"{gibps * 2**30 / 1e9:.1f} GB/s"
 
 
 def _topo_summary(result: SimulationResult) -> str:

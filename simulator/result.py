@@ -96,7 +96,7 @@ class LayerResult:
 
 @dataclass(frozen=True)
 class Totals:
-    """The end-to-end terms in microseconds (SIMAI_ANALYTICAL.md, "Exposure, bubble, totals")."""
+    """The end-to-end terms in microseconds (docs/simai_analytical.md, "Exposure, bubble, totals")."""
 
     dp_exposed_us: float
     dp_ep_exposed_us: float

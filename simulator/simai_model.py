@@ -1,6 +1,6 @@
 """SimAI 1.7's analytical model, reproduced to the nanosecond (``--model simai``).
 
-Every rule below is SIMAI_ANALYTICAL.md's; section names are cited where a rule is applied.  Where
+Every rule below is docs/simai_analytical.md's; section names are cited where a rule is applied.  Where
 SimAI 1.7 crashes or prints garbage we do something documented instead:
 
 - a workload without tp/pp/vpp/ga (or ep when it uses EP groups) header keys: an error naming them;
@@ -16,7 +16,7 @@ SimAI 1.7 crashes or prints garbage we do something documented instead:
   With SimAI's default pp_o = 1 the term is 0 either way.
 
 Details of SimAI's arithmetic kept for exactness (all read from SimAI's source, not spelled out in
-SIMAI_ANALYTICAL.md): record compute times and sizes pass through a C ``float`` (SimAI multiplies
+docs/simai_analytical.md): record compute times and sizes pass through a C ``float`` (SimAI multiplies
 them by its float compute/comm scale of 1.0, which rounds values above 2^24 to float32);
 bandwidths, ratios and ``ratio * busbw`` are C floats; the time formula's operations run in the
 order ``size / 2^30 / (ratio * busbw) * 1e9 [* 2] * (n - 1) / n`` in double; the report's algbw and
@@ -37,12 +37,13 @@ from simulator.options import SimAIOptions
 from simulator.repeat import RepeatedLayers, repeat_segments, repeat_sum
 from simulator.result import CollectiveCost, LayerResult, SimulationResult, Totals
 from utils.errors import ConfigError, FormatError
+from utils.progress import progress
 from workload_generator.simai import SimAIWorkload
 from workload_generator.simai_tokens import classify
 
 GIB = 1 << 30
 SMALL_MESSAGE_BYTES = 1 << 20
-"""Collectives with 1 < size < 1 MiB cost a fixed latency by group size (SIMAI_ANALYTICAL.md,
+"""Collectives with 1 < size < 1 MiB cost a fixed latency by group size (docs/simai_analytical.md,
 "Time of one collective")."""
 LATENCY_NS = {2: 10_000, 4: 12_000, 8: 15_000, 16: 66_000, 32: 135_000, 64: 200_000, 128: 320_000}
 """That latency in ns; any other group size (1, 24, 384, ...) costs 0."""
@@ -56,7 +57,7 @@ ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL = "all_reduce", "all_gather",
 
 @dataclass(frozen=True)
 class _Shape:
-    """How SimAI sees a group: nodes, GPUs per node, NICs per node (SIMAI_ANALYTICAL.md, the group table)."""
+    """How SimAI sees a group: nodes, GPUs per node, NICs per node (docs/simai_analytical.md, the group table)."""
 
     nodes: int
     gpus_per_node: int
@@ -98,6 +99,9 @@ class SimAIModel:
         if gpus < 1 or gpus % (self.tp * self.pp):
             raise ConfigError(f"-g {gpus} GPUs is not a multiple of tp*pp = {self.tp}*{self.pp} = {self.tp * self.pp} "
                               f"from {path}, so the DP size g/(tp*pp) is not an integer")
+        if gpus > self.gps and gpus % self.gps:  # fewer GPUs than a server is part of one; more must fill servers
+            raise ConfigError(f"-g {gpus} GPUs is not a multiple of -g_p_s {self.gps} GPUs per server (a job of more "
+                              "than one server fills whole servers)")
         self.gpus = gpus
         self.dp = gpus // (self.tp * self.pp)
         self.nv = options.nvlink_gibps
@@ -111,7 +115,7 @@ class SimAIModel:
         self.pp_comm = self._resolve_pp_comm()
         if self.tp == 1 and "TP" in groups:
             self._warn("tp is 1: TP collectives cost 0 (SimAI 1.7 computes NaN for a group of one)")
-        # (1 - overlap) as SimAI holds it: a float.  SIMAI_ANALYTICAL.md, "Exposure, bubble, totals".
+        # (1 - overlap) as SimAI holds it: a float.  docs/simai_analytical.md, "Exposure, bubble, totals".
         self.dp_keep = f32(1.0 - f32(options.dp_overlap))
         self.tp_keep = f32(1.0 - f32(options.tp_overlap))
         self.ep_keep = f32(1.0 - f32(options.ep_overlap))
@@ -158,7 +162,7 @@ class SimAIModel:
     # ---- one collective ----------------------------------------------------------------------
 
     def group_size(self, column: str, group: str) -> int:
-        """n for a group in a column (SIMAI_ANALYTICAL.md, "Time of one collective"): fwd/ig: EP size
+        """n for a group in a column (docs/simai_analytical.md, "Time of one collective"): fwd/ig: EP size
         for EP, else TP size; wg: DP/EP for DP_EP, else DP size."""
         if group in ("EP", "DP_EP") and self.ep is None:
             (self.ep,) = self.workload.require("ep")
@@ -206,7 +210,7 @@ class SimAIModel:
         return shape
 
     def busbw(self, comm_type: str, shape: _Shape) -> tuple[float, bool]:
-        """busbw in GiB/s (float32) and "is NVLink" (SIMAI_ANALYTICAL.md, "Bandwidth of one collective")."""
+        """busbw in GiB/s (float32) and "is NVLink" (docs/simai_analytical.md, "Bandwidth of one collective")."""
         nv, gpn, nodes = self.nv, shape.gpus_per_node, shape.nodes
         nic_total = f32(self.nic * shape.nics_per_node)
         is_nvlink = False
@@ -227,7 +231,7 @@ class SimAIModel:
         return value, is_nvlink
 
     def ratio(self, comm_type: str, group: str, n: int, size: int, is_nvlink: bool) -> float:
-        """The size-dependent efficiency ratio (SIMAI_ANALYTICAL.md, "Size-dependent efficiency ratio")."""
+        """The size-dependent efficiency ratio (docs/simai_analytical.md, "Size-dependent efficiency ratio")."""
         tp, gps = self.tp, self.gps
         if comm_type in (ALL_GATHER, REDUCE_SCATTER) and group == "TP":
             table = simai_tables.NVLINK if is_nvlink else simai_tables.NIC
@@ -303,7 +307,7 @@ class SimAIModel:
         return self.busbw(ALL_GATHER, shape)[0]
 
     def run(self) -> SimulationResult:
-        """Cost every record and add up SimAI's end-to-end terms (SIMAI_ANALYTICAL.md, "Exposure,
+        """Cost every record and add up SimAI's end-to-end terms (docs/simai_analytical.md, "Exposure,
         bubble, totals").  Sums run in SimAI's order so that the doubles match too; the ``ga``
         micro-batch blocks of a file are costed once and their sums scaled exactly
         (:func:`_run_records`)."""
@@ -347,44 +351,53 @@ def _run_records(model: SimAIModel) -> tuple[RepeatedLayers, tuple[float, ...]]:
     gives the same double as adding them one record at a time (a term a record does not book is added
     as 0.0, which leaves a sum unchanged).  The result is identical to the unrolled loop to the bit."""
     records = model.workload.records
-    dp_keep, tp_keep, ep_keep = model.dp_keep, model.tp_keep, model.ep_keep
-    cost = model.cost
     sums = [0.0] * len(_SUMS)
     parts: list[tuple[list[LayerResult], int]] = []
-    for start, length, times in repeat_segments(records, model.ga):
-        templates: list[LayerResult] = []
-        terms: list[list[float]] = [[] for _ in _SUMS]
-        dp, dp_ep, tp, ep, compute, exposed, bubble = terms
-        for index in range(start, start + length):
-            r = records[index]
-            # SimAI scales compute times by its float compute_scale (1.0): a float32 round trip.
-            fwd_c, ig_c, wg_c = int(f32(r.fwd_compute_ns)), int(f32(r.ig_compute_ns)), int(f32(r.wg_compute_ns))
-            fwd = cost("fwd", r.fwd_comm, r.fwd_size_bytes)
-            ig = cost("ig", r.ig_comm, r.ig_size_bytes)
-            wg = cost("wg", r.wg_comm, r.wg_size_bytes)
-            bubble.append((fwd.time_ns + fwd_c + wg_c + ig_c + ig.time_ns) / 1000.0 if r.name != BUBBLE_EXCLUDED else 0.0)
-            wg_exp = _expose(wg.time_ns, dp_keep)
-            booked_wg = "DP_EP" if wg.group == "DP_EP" else "DP"
-            dp_ep.append(wg_exp / 1000.0 if booked_wg == "DP_EP" else 0.0)
-            dp.append(0.0 if booked_wg == "DP_EP" else wg_exp / 1000.0)
-            if fwd.group == "EP":
-                booked = "EP"
-                fwd_exp, ig_exp = _expose(fwd.time_ns, ep_keep), _expose(ig.time_ns, ep_keep)
-                ep.append((fwd_exp + ig_exp) / 1000.0)
-                tp.append(0.0)
-            else:
-                booked = "TP"
-                fwd_exp, ig_exp = _expose(fwd.time_ns, tp_keep), _expose(ig.time_ns, tp_keep)
-                tp.append((fwd_exp + ig_exp) / 1000.0)
-                ep.append(0.0)
-            compute += (fwd_c / 1000.0, wg_c / 1000.0, ig_c / 1000.0)
-            exposed += (fwd_exp / 1000.0, wg_exp / 1000.0, ig_exp / 1000.0)
-            templates.append(LayerResult(index, r.name, fwd_c, ig_c, wg_c, fwd, ig, wg, fwd_exp, ig_exp, wg_exp,
-                                         booked, booked_wg))
-        for k, addends in enumerate(terms):
-            sums[k] = repeat_sum(sums[k], addends, times)
-        parts.append((templates, times))
+    with progress(total=len(records), desc="simai model", unit="record") as bar:
+        for start, length, times in repeat_segments(records, model.ga):
+            _run_segment(model, records, start, length, times, sums, parts)
+            bar.update(length * times)
     return RepeatedLayers(parts, _reindexed), tuple(sums)
+
+
+def _run_segment(model: SimAIModel, records: list, start: int, length: int, times: int, sums: list[float],
+                 parts: list[tuple[list[LayerResult], int]]) -> None:
+    """Cost the ``length`` records from ``start`` once, add their terms ``times`` times to ``sums`` and
+    their results to ``parts`` (one segment of :func:`_run_records`)."""
+    dp_keep, tp_keep, ep_keep = model.dp_keep, model.tp_keep, model.ep_keep
+    cost = model.cost
+    templates: list[LayerResult] = []
+    terms: list[list[float]] = [[] for _ in _SUMS]
+    dp, dp_ep, tp, ep, compute, exposed, bubble = terms
+    for index in range(start, start + length):
+        r = records[index]
+        # SimAI scales compute times by its float compute_scale (1.0): a float32 round trip.
+        fwd_c, ig_c, wg_c = int(f32(r.fwd_compute_ns)), int(f32(r.ig_compute_ns)), int(f32(r.wg_compute_ns))
+        fwd = cost("fwd", r.fwd_comm, r.fwd_size_bytes)
+        ig = cost("ig", r.ig_comm, r.ig_size_bytes)
+        wg = cost("wg", r.wg_comm, r.wg_size_bytes)
+        bubble.append((fwd.time_ns + fwd_c + wg_c + ig_c + ig.time_ns) / 1000.0 if r.name != BUBBLE_EXCLUDED else 0.0)
+        wg_exp = _expose(wg.time_ns, dp_keep)
+        booked_wg = "DP_EP" if wg.group == "DP_EP" else "DP"
+        dp_ep.append(wg_exp / 1000.0 if booked_wg == "DP_EP" else 0.0)
+        dp.append(0.0 if booked_wg == "DP_EP" else wg_exp / 1000.0)
+        if fwd.group == "EP":
+            booked = "EP"
+            fwd_exp, ig_exp = _expose(fwd.time_ns, ep_keep), _expose(ig.time_ns, ep_keep)
+            ep.append((fwd_exp + ig_exp) / 1000.0)
+            tp.append(0.0)
+        else:
+            booked = "TP"
+            fwd_exp, ig_exp = _expose(fwd.time_ns, tp_keep), _expose(ig.time_ns, tp_keep)
+            tp.append((fwd_exp + ig_exp) / 1000.0)
+            ep.append(0.0)
+        compute += (fwd_c / 1000.0, wg_c / 1000.0, ig_c / 1000.0)
+        exposed += (fwd_exp / 1000.0, wg_exp / 1000.0, ig_exp / 1000.0)
+        templates.append(LayerResult(index, r.name, fwd_c, ig_c, wg_c, fwd, ig, wg, fwd_exp, ig_exp, wg_exp,
+                                     booked, booked_wg))
+    for k, addends in enumerate(terms):
+        sums[k] = repeat_sum(sums[k], addends, times)
+    parts.append((templates, times))
 
 
 def _reindexed(layer: LayerResult, index: int) -> LayerResult:
@@ -400,7 +413,7 @@ def _expose(time_ns: int, keep: float) -> int:
 
 
 def report_bandwidths(comm_type: str | None, n: int, size: int, time_ns: int) -> tuple[float, float]:
-    """The report's algbw and busbw in GiB/s, as C floats (SIMAI_ANALYTICAL.md, "Per-layer bandwidth
+    """The report's algbw and busbw in GiB/s, as C floats (docs/simai_analytical.md, "Per-layer bandwidth
     columns"): algbw = size / 2^30 / (time in s) using the costed size; busbw = algbw * F, 0 for no
     communication.  A time of 0 gives NaN (size 0) or inf, as SimAI's division by zero does."""
     if time_ns == 0:

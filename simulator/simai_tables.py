@@ -1,6 +1,6 @@
 """SimAI 1.7's size-dependent bandwidth-efficiency ratio tables and their lookup.
 
-Values as listed in SIMAI_ANALYTICAL.md, "Size-dependent efficiency ratio" (SimAI ships them as
+Values as listed in docs/simai_analytical.md, "Size-dependent efficiency ratio" (SimAI ships them as
 ``nic_ratio.csv``, ``nvlink_ratio.csv`` and ``ata_ratio.csv``).  Rows are message sizes in bytes
 (16 MiB .. 16 GiB); columns are node counts 1, 2, 4, 8, 16, 32, 64, 128 and "Multi".  The nvlink
 and ata tables have no 32/64/128 columns: SimAI reads the empty cells as 1.

@@ -1,4 +1,4 @@
-"""``--model topo``: our topology-aware model (SIM_MODEL.md), from either input to a result.
+"""``--model topo``: our topology-aware model (docs/sim_model.md), from either input to a result.
 
 1. Stage scripts (:mod:`simulator.programs`) from a SimAI workload file or from our per-stage
    Megatron workloads.
@@ -42,6 +42,7 @@ from simulator.result import CollectiveCost, LayerResult, SimulationResult, Tota
 from simulator.simai_model import report_bandwidths
 from simulator.topo_result import CollectiveRecord, Interval, LayerTimes, StageResult, TopoDetails
 from utils.errors import ConfigError
+from utils.progress import progress
 from workload_generator.simai_tokens import classify
 
 
@@ -210,9 +211,10 @@ def _job_scripts(job: Any, options: TopoOptions, prices: dict | None = None,
             raise ConfigError("simulating a job needs computation times: give --gpu_type (the compute model), "
                               "--comp_filepath FILE or --aiob_enable")
         report = fill_job_times(_distinct_items(gens, job), job, source, prices=prices)
-        warnings.append(report.summary())
+        if report.warning():
+            warnings.append(report.warning())
     scripts = scripts_from_generators(gens, job, hook, options.overlap_grad_reduce, job.training.tp_comm_overlap)
-    scripts.warnings[:0] = [w for w in warnings if "no time for" in w]
+    scripts.warnings[:0] = warnings
     scripts.insert = insert
     scripts.layout["ga"] = full_job.parallel.ga
     p = full_job.parallel
@@ -227,7 +229,7 @@ def stage_generators(job: Any, make: Callable[[Any, int], Any]) -> list:
     signature = generator_class(job).stage_signature
     by_signature: dict[object, Any] = {}
     gens = []
-    for stage in range(job.parallel.pp):
+    for stage in progress(range(job.parallel.pp), desc="building stages", unit="stage"):
         key = signature(job, stage)
         gen = by_signature.get(key) if key is not None else None
         if gen is None:

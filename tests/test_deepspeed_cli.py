@@ -55,8 +55,8 @@ def test_default_output_path_is_aicbs(tmp_path):
 
 @pytest.mark.parametrize("entry, args, needles", [
     (STAGE3, ["--stage", "4"], ["argument --stage: invalid choice: 4"]),
-    (STAGE3, ["--reduce_bucket_size", "0"], ["--reduce_bucket_size must be a positive number of elements, got 0"]),
-    (STAGE12, ["--allgather_bucket_size", "0"], ["--allgather_bucket_size must be a positive number of elements"]),
+    (STAGE3, ["--reduce_bucket_size", "0"], ["--reduce_bucket_size", "expected a positive integer, got '0'"]),
+    (STAGE12, ["--allgather_bucket_size", "0"], ["--allgather_bucket_size", "expected a positive integer, got '0'"]),
     (STAGE12, ["--allgather_bucket_size", "1001"], ["--allgather_bucket_size 1001 must be a multiple of 2"]),
     (STAGE3, ["--world_size", "12"], ["--global_batch 16 is not divisible by --micro_batch 1 x data-parallel size 12"]),
     (STAGE3, ["--tensor_model_parallel_size", "2"], ["--tensor_model_parallel_size must be 1, got 2"]),

@@ -1,4 +1,4 @@
-"""log_analyzer: the log CSV (FORMATS.md section 5) written and read back, the typed tables, the
+"""log_analyzer: the log CSV (docs/formats.md section 5) written and read back, the typed tables, the
 summaries with numbers worked out by hand, and no torch on the way."""
 
 from __future__ import annotations

@@ -129,7 +129,7 @@ def launch(args: list[str], world: int, cwd: Path, timeout: float = 90, code: st
 
 
 def row_signature(item: WorkItem) -> tuple:
-    """What a log row repeats of its workload item (FORMATS.md section 5: the same 12 columns)."""
+    """What a log row repeats of its workload item (docs/formats.md section 5: the same 12 columns)."""
     size = item.shapes if item.shapes is not None else item.msg_size
     return (item.comm_type, item.comm_group, item.comm_group_size, size, item.stage, item.dst, item.src,
             item.additional or None)
@@ -149,7 +149,7 @@ def split_log(items: list[WorkItem]) -> list[list[WorkItem]]:
 
 
 def assert_bandwidths(rows: list[WorkItem]) -> int:
-    """busbw = algbw x factor (FORMATS.md section 1) and algbw = size / time on every comm row."""
+    """busbw = algbw x factor (docs/formats.md section 1) and algbw = size / time on every comm row."""
     checked = 0
     for row in rows:
         if not row.is_comm:

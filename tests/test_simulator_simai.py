@@ -1,6 +1,6 @@
 """``--model simai``: SimAI 1.7's analytical model, checked against arithmetic done by hand.
 
-Every expected number below is derived in the comment above it from SIMAI_ANALYTICAL.md, never
+Every expected number below is derived in the comment above it from docs/simai_analytical.md, never
 copied from the program's output.  Notation: G = 2^30; F = (n-1)/n (2(n-1)/n for all-reduce);
 time = size / G / (ratio * busbw) * 1e9 * F, truncated to whole ns.  Where SimAI's float32
 arithmetic changes the truncated integer, the comment says so.
@@ -351,7 +351,7 @@ def test_group_size_one():
     assert result.layers[0].fwd.time_ns == 0 and result.layers[0].fwd.how == "group-size-1"
     assert any("tp is 1" in w for w in result.warnings)
     # tp 6, ep 2 on 8-GPU servers: SimAI models the EP group as one node of one GPU and divides by 0.
-    m = model([record(fwd=("ALLTOALL_EP", 2**21))], tp=6, ep=2, gpus=12)
+    m = model([record(fwd=("ALLTOALL_EP", 2**21))], tp=6, ep=2, gpus=24)  # whole 8-GPU servers (dp 4)
     with pytest.raises(ConfigError, match="one node with one GPU"):
         m.run()
 

@@ -1,6 +1,6 @@
 """python -m topo.gen: SimAI's files byte for byte, headers and links derived by hand, clean errors.
 
-Defaults used below (TOPOLOGY.md section 1): gps 8, nsps 1, NVLink 2880Gbps / 0.000025ms, NIC 400Gbps /
+Defaults used below (docs/topology.md section 1): gps 8, nsps 1, NVLink 2880Gbps / 0.000025ms, NIC 400Gbps /
 0.0005ms, npa 64, psn 64, ASW-PSW 400Gbps, app 64.  Templates: AlibabaHPN bw 200Gbps, npa 128, psn 120,
 app 240 (120 with --dp); DCN+ psn 8, app 8 (--dt: bw 200Gbps, npa 128).
 Node ids: GPUs, NVSwitches, ASWs (set 1 then set 2), PSWs (plane 1 then plane 2), cores.
@@ -75,7 +75,7 @@ def test_cli_process_writes_simai_example(tmp_path, examples):
     assert os.listdir(tmp_path) == [written.name]  # no temporary file left
 
 
-# ---- headers listed in TOPOLOGY.md section 5/6 ------------------------------------------------
+# ---- headers listed in docs/topology.md section 5/6 ------------------------------------------------
 @pytest.mark.parametrize("argv, header", [
     (["-topo", "Spectrum-X", "-g", "16"], "90 8 2 72 544 H100"),
     (["-topo", "AlibabaHPN", "-g", "16"], "154 8 2 136 1968 H100"),

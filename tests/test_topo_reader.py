@@ -1,7 +1,9 @@
 """topo.topology: reading SimAI topology files, errors that name file/line/field, and the model's numbers
-(derived by hand from the wiring rules of TOPOLOGY.md)."""
+(derived by hand from the wiring rules of docs/topology.md)."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 
@@ -231,6 +233,17 @@ def _mutate(text: str, line: int, new: str | None) -> str:
     (42, "18 26 400Gbps 0.0005ms x", 42, "error_rate", "not an error rate: 'x'"),
     (42, None, 1, "link_count", "the header says 40 links but the file has 39 link lines"),
     (20, "", 20, None, "0 fields, expected 5"),
+    # odd spellings and sizes (issue 21, item 7): Python's int reads "-0" as 0, which moved GPU 3's NVLink
+    # to GPU 0 and ended in a ZeroDivisionError; ids past int64 gave an OverflowError
+    (9, "-0 16 2880Gbps 0.000025ms 0", 9, "src", "not a node id: '-0' (plain decimal digits)"),
+    (9, "+3 16 2880Gbps 0.000025ms 0", 9, "src", "not a node id: '+3'"),
+    (9, "3 1_6 2880Gbps 0.000025ms 0", 9, "dst", "not a node id: '1_6'"),
+    (8, "99999999999999999999999 18 400Gbps 0.0005ms 0", 8, "src",
+     "node 99999999999999999999999 does not exist (the header declares nodes 0..26)"),
+    (2, "16 17 18 19 20 21 22 23 24 25 99999999999999999999999 ", 2, "switch_ids", "is too large"),
+    (1, "99999999999999999999999 8 2 9 40 H100", 1, "total_nodes", "is too large"),
+    (1, "27 8 -0 9 40 H100", 1, "nvswitch_count", "not an integer: '-0'"),
+    (1, "27 8 2 9 -3 H100", 1, "link_count", "must not be negative, got -3"),
 ])
 def test_format_errors(examples, tmp_path, line, new, at_line, field, message):
     path = tmp_path / "bad.topo"
@@ -241,6 +254,50 @@ def test_format_errors(examples, tmp_path, line, new, at_line, field, message):
     assert (err.path, err.line, err.field) == (str(path), at_line, field)
     assert str(err).startswith(f"{path}:{at_line}: " + (f"{field}: " if field else ""))
     assert message in str(err)
+
+
+@pytest.mark.parametrize("line, new, message", [
+    (9, "0 16 2880Gbps 0.000025ms 0", "GPU 3 has no link to an NVSwitch (NVLink)"),  # line 9: GPU 3's NVLink
+    (10, "0 18 400Gbps 0.0005ms 0", "GPU 3 has no link to a network switch (NIC)"),  # line 10: GPU 3's NIC
+])
+def test_gpu_without_nvlink_or_nic(examples, tmp_path, line, new, message):
+    """A link line naming another GPU leaves one GPU without NVLink (or NIC): its rate would be 0 and the
+    simulator divided by it."""
+    path = tmp_path / "bad.topo"
+    path.write_text(_mutate((examples / DCN).read_text(), line, new))
+    with pytest.raises(FormatError, match=re.escape(message)) as exc:
+        read_topology(path)
+    assert str(exc.value).startswith(f"{path}: src/dst: ")
+
+
+def test_header_cannot_declare_more_gpus_than_its_links_reach(examples, tmp_path):
+    """10^9 GPUs with 40 links: refused at the header, before arrays of a billion nodes are made.
+    1000000011 nodes - 2 NVSwitches - 9 switches = 10^9 GPUs (a multiple of 8); the switch ids follow them."""
+    text = (examples / DCN).read_text().split("\n")
+    text[0] = "1000000011 8 2 9 40 H100"
+    text[1] = " ".join(str(10**9 + k) for k in range(11)) + " "
+    path = tmp_path / "big.topo"
+    path.write_text("\n".join(text))
+    with pytest.raises(FormatError, match="1000000000 GPUs .* cannot each have a link among 40 links") as exc:
+        read_topology(path)
+    assert (exc.value.line, exc.value.field) == (1, "total_nodes")
+
+
+def test_simulator_refuses_a_gpu_without_nvlink(examples, tmp_path, capsys):
+    """The issue's case end to end: one line, exit 2, no traceback, no result files."""
+    from simulator.cli import main
+    from utils.cli import run_main
+
+    path = tmp_path / "neg0.topo"
+    path.write_text(_mutate((examples / DCN).read_text(), 9, "-0 16 2880Gbps 0.000025ms 0"))
+    argv = ["-t", str(path), "--gpu_type", "H100", "--model_name", "gpt_tiny", "--world_size", "16",
+            "--global_batch", "16", "-r", str(tmp_path / "r-")]
+    with pytest.raises(SystemExit) as exc:
+        run_main(lambda: main(argv), "simulator")
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{path}:9: src: not a node id: '-0'" in err[0], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["neg0.topo"]
 
 
 def test_extra_link_line(examples):

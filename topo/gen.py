@@ -1,6 +1,6 @@
 """``python -m topo.gen``: write a SimAI topology file.
 
-Flags, defaults and output follow SimAI 1.7's ``gen_Topo_Template.py`` (``shared/TOPOLOGY.md``): for the
+Flags, defaults and output follow SimAI 1.7's ``gen_Topo_Template.py`` (``docs/topology.md``): for the
 same flags the file has the same name, header, switch list and links in the same order, and stdout
 carries SimAI's lines (``asw_switch_num: N``, ``psw_switch_num: N``, ``Creating Topology of totally S
 segment(s), totally P pod(s).``, then the file written).  Differences, all deliberate:
@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 from topo.shapes import Layout, build, plan
 from topo.templates import TEMPLATES, FabricSpec, resolve
-from utils.cli import CliParser, integer, number, run_main
+from utils.cli import CliParser, integer, positive_number, run_main
 from utils.errors import ConfigError
 
 PROG = "topo.gen"
@@ -63,7 +63,7 @@ def build_parser() -> CliParser:
     ours.add_argument("-apl", "--ap_latency", help="ASW-PSW latency (default: -l, as SimAI uses)")
     ours.add_argument("--pods", type=integer, help="pods joined by a core tier above the PSWs (default 1: SimAI's fabric)")
     ours.add_argument("-csn", "--core_switch_num", type=integer, help="core switches (default: from --oversub)")
-    ours.add_argument("--oversub", "--oversubscription", dest="oversubscription", type=number,
+    ours.add_argument("--oversub", "--oversubscription", dest="oversubscription", type=positive_number,
                       help="PSW downlink:uplink bandwidth ratio that sizes the core tier (default 1: non-blocking)")
     ours.add_argument("-pcbw", "--pc_bandwidth", help="PSW-core bandwidth (default: -apbw)")
     ours.add_argument("-pcl", "--pc_latency", help="PSW-core latency (default: -apl)")
@@ -109,5 +109,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The console entry point (pyproject.toml's [project.scripts])."""
     run_main(main, PROG)
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,6 +1,6 @@
 """Sizing and wiring of the fabrics: SimAI's five shapes, plus pods under a core tier.
 
-Node ids (SimAI's order, TOPOLOGY.md section 3, extended at the end for the core tier):
+Node ids (SimAI's order, docs/topology.md section 3, extended at the end for the core tier):
 
 1. GPUs ``0 .. G-1``; GPU g is on server ``g // gps``.
 2. NVSwitches ``G .. G+NV-1``, NV = servers * nsps; server s owns ``G + s*nsps .. G + s*nsps + nsps-1``.
@@ -10,7 +10,7 @@ Node ids (SimAI's order, TOPOLOGY.md section 3, extended at the end for the core
 5. Ours, only with ``--pods P`` > 1: core switches, plane by plane (dual plane: the first half serves
    plane 1).  Every PSW links to every core switch of its plane.
 
-Links, in emission order (TOPOLOGY.md section 4, core links appended):
+Links, in emission order (docs/topology.md section 4, core links appended):
 
 1. for each GPU ascending: its ``nsps`` GPU->NVSwitch links, then its NIC link (set 1) and, with dual
    ToR, its set-2 NIC link.  Rail-optimised: GPU j of a pod (j = g - pod * gpus_per_pod) reaches ASW
@@ -19,7 +19,7 @@ Links, in emission order (TOPOLOGY.md section 4, core links appended):
    (ascending).  Dual plane: set-1 ASWs to plane-1 PSWs, then set-2 ASWs to plane-2 PSWs.
 3. PSW->core (ours): every PSW ascending, each to the core switches of its plane ascending.
 
-Sizing (TOPOLOGY.md section 5): segment = ``npa`` servers' worth of GPUs (rail: gps*npa GPUs on gps
+Sizing (docs/topology.md section 5): segment = ``npa`` servers' worth of GPUs (rail: gps*npa GPUs on gps
 ASWs per ToR set; not rail: npa GPUs on one ASW per set); segments per pod = ceil(GPUs per pod /
 GPUs per segment); SimAI's one-pod capacity check, applied per pod: rail ``segments <= int(app/gps)``,
 not rail single ToR ``segments <= app``, not rail dual ToR ``segments <= int(app/2)``.
@@ -74,7 +74,7 @@ class Layout:
 
 
 def shape_name(spec: FabricSpec) -> str:
-    """SimAI's builder for the wiring switches (TOPOLOGY.md section 1, "Dispatch")."""
+    """SimAI's builder for the wiring switches (docs/topology.md section 1, "Dispatch")."""
     if not spec.rail_optimized:
         return "No_Rail_Opti_DualToR" if spec.dual_tor else "No_Rail_Opti_SingleToR"
     if spec.dual_tor:
@@ -83,7 +83,7 @@ def shape_name(spec: FabricSpec) -> str:
 
 
 def file_name(spec: FabricSpec, shape: str) -> str:
-    """SimAI's file name (TOPOLOGY.md section 1 table); ours adds ``_{P}pods`` before the bandwidth."""
+    """SimAI's file name (docs/topology.md section 1 table); ours adds ``_{P}pods`` before the bandwidth."""
     head = {
         "Rail_Opti_SingleToR": ("Rail_Opti_SingleToR", ""),
         "Rail_Opti_DualToR_SinglePlane": ("Rail_Opti", "_DualToR_SinglePlane"),
@@ -144,7 +144,7 @@ def plan(spec: FabricSpec) -> Layout:
 
 
 def _capacity(spec: FabricSpec) -> tuple[int, str]:
-    """SimAI's per-pod segment limit and its formula (TOPOLOGY.md section 5)."""
+    """SimAI's per-pod segment limit and its formula (docs/topology.md section 5)."""
     app = spec.asw_per_psw
     if spec.rail_optimized:
         return app // spec.gpus_per_server, f"int(-app {app} / -gps {spec.gpus_per_server})"

@@ -1,9 +1,9 @@
 """Generator flags -> a validated :class:`FabricSpec`: SimAI's defaults, templates and forced switches.
 
-Every rule here is SimAI 1.7's ``gen_Topo_Template.py`` as ``shared/TOPOLOGY.md`` (sections 1 and 5)
+Every rule here is SimAI 1.7's ``gen_Topo_Template.py`` as ``docs/topology.md`` (sections 1 and 5)
 records it, except where noted as ours:
 
-* base defaults (TOPOLOGY.md section 1): 32 GPUs, 8 per server, H100, 1 NVSwitch per server, NVLink
+* base defaults (docs/topology.md section 1): 32 GPUs, 8 per server, H100, 1 NVSwitch per server, NVLink
   2880Gbps / 0.000025ms, NIC 400Gbps / 0.0005ms, 8 ASWs, 64 NICs per ASW, 64 PSWs, ASW-PSW 400Gbps,
   64 ASWs per PSW, error rate ``0``.
 * a template overrides some defaults, only for flags the user did not give, and forces the wiring
@@ -46,7 +46,7 @@ BASE_DEFAULTS: dict[str, Any] = dict(
     nv_latency="0.000025ms", latency="0.0005ms", bandwidth="400Gbps", asw_switch_num=8, nics_per_aswitch=64,
     psw_switch_num=64, ap_bandwidth="400Gbps", asw_per_psw=64, pods=1,
 )
-"""SimAI's defaults (TOPOLOGY.md section 1); ``pods`` is ours (SimAI always builds one pod)."""
+"""SimAI's defaults (docs/topology.md section 1); ``pods`` is ours (SimAI always builds one pod)."""
 
 _NVL_DEFAULTS: dict[str, Any] = dict(gpu_type="GB200", nvlink_bw="7200Gbps", bandwidth="800Gbps", ap_bandwidth="800Gbps")
 

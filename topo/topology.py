@@ -1,6 +1,6 @@
 """Read SimAI topology files and model what a simulator needs from them.
 
-The file format (``shared/FORMATS.md`` section 3, ``shared/TOPOLOGY.md`` section 2)::
+The file format (``docs/formats.md`` section 3, ``docs/topology.md`` section 2)::
 
     line 1: <total nodes> <gpus per server> <nvswitch count> <other switch count> <link count> <gpu type>
     line 2: <switch id> ... (the first <nvswitch count> are NVSwitches, the rest packet switches)
@@ -40,6 +40,8 @@ from utils.io import atomic_write, read_text
 
 HEADER_FIELDS = ("total_nodes", "gpus_per_server", "nvswitch_count", "other_switch_count", "link_count", "gpu_type")
 LINK_FIELDS = ("src", "dst", "bandwidth", "latency", "error_rate")
+MAX_NODES = 2**32 - 1
+"""The most nodes a file may declare: ns-3 (SimAI's packet simulator) numbers nodes with 32 bits."""
 TIER_NAMES = {1: "ASW", 2: "PSW", 3: "core"}
 """Packet-switch tier by distance (in switch hops) from the GPUs; deeper tiers are ``tier4`` ..."""
 
@@ -221,7 +223,7 @@ class Topology:
 
     @cached_property
     def nvlink_bps_per_gpu(self) -> np.ndarray:
-        """Per GPU: the sum of its GPU-NVSwitch link bandwidths, bits per second (SIM_MODEL.md)."""
+        """Per GPU: the sum of its GPU-NVSwitch link bandwidths, bits per second (docs/sim_model.md)."""
         return self._per_gpu(NVSWITCH)
 
     @cached_property
@@ -277,7 +279,7 @@ class Topology:
     @cached_property
     def rail_optimized(self) -> bool:
         """True when every ASW serves one local GPU index (``g % gps``) only: rail k of every server
-        meets on its own ASWs (FORMATS.md section 3).  A one-GPU-per-server file is never "rail"."""
+        meets on its own ASWs (docs/formats.md section 3).  A one-GPU-per-server file is never "rail"."""
         gpu, sw, _ = self._gpu_links(PACKET_SWITCH)
         if self.gpus_per_server < 2 or not len(gpu):
             return False
@@ -455,11 +457,30 @@ def parse_topology(text: str | bytes, source: str = "<text>") -> Topology:
     data = text if isinstance(text, bytes) else text.encode("utf-8")
     first = data.find(b"\n")
     second = data.find(b"\n", first + 1) if first >= 0 else -1
+    topo = None
     if second >= 0 and data.isascii():
-        fast = _parse_fast(data[:second].decode("ascii").split("\n"), data, second + 1, source)
-        if fast is not None:
-            return fast
-    return _parse_lines(text if isinstance(text, str) else text.decode("utf-8"), source)
+        topo = _parse_fast(data[:second].decode("ascii").split("\n"), data, second + 1, source)
+    if topo is None:
+        topo = _parse_lines(text if isinstance(text, str) else text.decode("utf-8"), source)
+    _check_gpu_links(topo, source)
+    return topo
+
+
+def _check_gpu_links(topo: Topology, source: str) -> None:
+    """Every GPU links to an NVSwitch when the file has NVSwitches, and to a packet switch when it has
+    packet switches: the models take a GPU's NVLink and NIC rates from its links, and a GPU without
+    one (a link line naming another node, e.g. ``-0`` for ``3``) would have a rate of 0."""
+    for kind, count, what in ((NVSWITCH, topo.nvswitch_count, "an NVSwitch (NVLink)"),
+                              (PACKET_SWITCH, topo.other_switch_count, "a network switch (NIC)")):
+        if not count:
+            continue
+        gpu, _, _ = topo._gpu_links(kind)
+        linked = np.zeros(topo.gpu_count, dtype=bool)
+        linked[gpu] = True
+        if not linked.all():
+            lonely = int(np.argmin(linked))
+            raise FormatError(source, f"GPU {lonely} has no link to {what}, though the file has "
+                              f"{count} such switches; every GPU needs one", field="src/dst")
 
 
 def _header(source: str, lines: list[str]) -> tuple[int, int, int, str, np.ndarray, int]:
@@ -469,6 +490,9 @@ def _header(source: str, lines: list[str]) -> tuple[int, int, int, str, np.ndarr
         raise FormatError(source, f"the header has {len(header)} fields, expected 6: " + " ".join(HEADER_FIELDS), line=1)
     total, gps, nv, other, n_links = (_int(source, 1, name, tok) for name, tok in zip(HEADER_FIELDS[:5], header))
     gpu_type = header[5]
+    if total > MAX_NODES:
+        raise FormatError(source, f"{total} nodes is more than the {MAX_NODES} ids a SimAI topology can number "
+                          "(ns-3's 32-bit node ids)", line=1, field="total_nodes")
     if gps < 1:
         raise FormatError(source, f"must be at least 1, got {gps}", line=1, field="gpus_per_server")
     gpus = total - nv - other
@@ -478,6 +502,9 @@ def _header(source: str, lines: list[str]) -> tuple[int, int, int, str, np.ndarr
     if gpus % gps:
         raise FormatError(source, f"{gpus} GPUs ({total} - {nv} - {other}) is not a multiple of {gps} GPUs per server",
                           line=1, field="gpus_per_server")
+    if gpus > max(1, 2 * n_links):  # a link joins at most two GPUs; this also bounds what a header can allocate
+        raise FormatError(source, f"{gpus} GPUs ({total} - {nv} - {other}) cannot each have a link among "
+                          f"{n_links} links", line=1, field="total_nodes")
     switch_ids = _switch_ids(source, lines[1].split() if len(lines) > 1 else [], gpus, total, nv + other)
     return total, gps, nv, gpu_type, switch_ids, n_links
 
@@ -694,13 +721,24 @@ def _parse_lines(text: str, source: str) -> Topology:
 
 
 def _int(source: str, line: int, field: str, token: str) -> int:
-    try:
-        value = int(token)
-    except ValueError:
-        raise FormatError(source, f"not an integer: {token!r}", line=line, field=field) from None
-    if value < 0:
-        raise FormatError(source, f"must not be negative, got {value}", line=line, field=field)
-    return value
+    """A count or node id: plain decimal digits (``-0``, ``+3``, ``1_000`` and non-ASCII digits, which
+    Python's ``int`` takes, are refused), at most int64."""
+    if not _is_decimal(token):
+        if _is_negative(token):
+            raise FormatError(source, f"must not be negative, got {token}", line=line, field=field)
+        raise FormatError(source, f"not an integer: {token!r} (plain decimal digits)", line=line, field=field)
+    if len(token) > 18:
+        raise FormatError(source, f"{token} is too large (at most {MAX_NODES})", line=line, field=field)
+    return int(token)
+
+
+def _is_decimal(token: str) -> bool:
+    return token.isascii() and token.isdigit()
+
+
+def _is_negative(token: str) -> bool:
+    """``-N`` with N plain digits, not all zeros (``-0`` is a spelling of 0 SimAI's files never use)."""
+    return token.startswith("-") and _is_decimal(token[1:]) and token.strip("-0") != ""
 
 
 def _switch_ids(source: str, tokens: list[str], gpus: int, total: int, expected: int) -> np.ndarray:
@@ -719,25 +757,25 @@ def _switch_ids(source: str, tokens: list[str], gpus: int, total: int, expected:
 
 
 def _ids(source: str, column: list[str], field: str, total: int) -> np.ndarray:
-    try:
-        ids = np.fromiter(map(int, column), dtype=np.int64, count=len(column))
-    except ValueError:
-        k = next(i for i, t in enumerate(column) if not _is_int(t))
-        raise FormatError(source, f"not a node id: {column[k]!r}", line=3 + k, field=field) from None
+    plain = np.fromiter(map(_is_decimal, column), dtype=bool, count=len(column))
+    if not plain.all():  # "-0", "+3", "1_0", "3.0": Python's int takes some, SimAI's files never have them
+        k = int(np.argmin(plain))
+        if _is_negative(column[k]):
+            raise FormatError(source, f"node {column[k]} does not exist (the header declares nodes 0..{total - 1})",
+                              line=3 + k, field=field)
+        raise FormatError(source, f"not a node id: {column[k]!r} (plain decimal digits)", line=3 + k, field=field)
+    long = np.fromiter(map(len, column), dtype=np.int64, count=len(column)) > 18
+    if long.any():
+        k = int(np.argmax(long))
+        raise FormatError(source, f"node {column[k]} does not exist (the header declares nodes 0..{total - 1})",
+                          line=3 + k, field=field)
+    ids = np.fromiter(map(int, column), dtype=np.int64, count=len(column))
     bad = np.flatnonzero((ids < 0) | (ids >= total))
     if len(bad):
         k = int(bad[0])
         raise FormatError(source, f"node {ids[k]} does not exist (the header declares nodes 0..{total - 1})",
                           line=3 + k, field=field)
     return ids
-
-
-def _is_int(token: str) -> bool:
-    try:
-        int(token)
-    except ValueError:
-        return False
-    return True
 
 
 def _coded(source: str, column: list[str], field: str, parse: Callable[[str], float],

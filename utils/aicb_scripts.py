@@ -15,6 +15,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import textwrap
 from dataclasses import dataclass, field
 
 from utils.errors import ConfigError
@@ -239,12 +240,27 @@ def _launch(script: Script, values: dict[str, str], switches: set[str], rest: li
         if visual or script is COLL_COMM_CHECK:  # aicb.py writes the page (the generator entries write files only)
             return [sys.executable, "aicb.py", *args]
         return [sys.executable, "-m", "workload_generator.generate_megatron_workload", *args]
-    torchrun = shutil.which("torchrun") or "torchrun"
-    launch = [torchrun, "--nnodes", str(nnodes), "--nproc_per_node", str(nproc)]
+    launch = [*_torchrun(), "--nnodes", str(nnodes), "--nproc_per_node", str(nproc)]
     for key in ("node_rank", "master_addr", "master_port"):
         if key in launcher:
             launch += [f"--{key}", launcher[key]]
     return [*launch, "aicb.py", *args]
+
+
+def _torchrun() -> list[str]:
+    """torchrun, or this Python's ``-m torch.distributed.run`` when only the module is there; without torch,
+    one line that says what to install."""
+    beside = os.path.join(os.path.dirname(sys.executable), "torchrun")  # this Python's environment, not activated
+    found = shutil.which("torchrun") or (beside if os.access(beside, os.X_OK) else None)
+    if found:
+        return [found]
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is not None:
+        return [sys.executable, "-m", "torch.distributed.run"]
+    raise ConfigError("the replay runs under torchrun, which is not installed: install the torch extra, pip install "
+                      "'.[torch]', or use the toolkit's environment (. .venv/bin/activate, made by python3 make.py "
+                      "setup); --workload_only needs no torch")
 
 
 def _gpus_on_node() -> int | None:
@@ -281,9 +297,49 @@ def check_replay(cmd: list[str]) -> int:
     return done.returncode
 
 
+SUMMARIES = {
+    "megatron_gpt": ("Replay a Megatron training job under torchrun (one process per GPU of this node), or with "
+                     "--workload_only write its workload CSV.",
+                     "aicb.py under torchrun, or python -m workload_generator.generate_megatron_workload with "
+                     "--workload_only"),
+    "megatron_workload_with_aiob": ("Write the SimAI workload (.txt) of a Megatron job, its compute times from "
+                                    "--comp_filepath, --aiob_enable or --gpu_type.",
+                                    "python -m workload_generator.SimAI_training_workload_generator"),
+    "deepspeed_llama": ("Replay a DeepSpeed ZeRO job of LLaMA under torchrun, or with --workload_only write its "
+                        "workload CSV.",
+                        "aicb.py under torchrun, or python -m workload_generator.generate_deepspeed_stage3_workload "
+                        "(stage1_2 for --stage 1 or 2) with --workload_only"),
+    "coll_comm_check": ("Sweep one collective over every GPU of the job under torchrun (nccl-tests style), AICB's "
+                        "collective check.", "aicb.py --frame collective_test under torchrun"),
+}
+"""What each script does and the entry its other flags go to (its ``--help`` lists them)."""
+
+
+def usage(script: Script) -> str:
+    """The script's own ``--help``: its flags with their defaults, where the rest goes, and the document."""
+    summary, entry = SUMMARIES[script.name]
+    flags = [f"{flags[0]}" + (f" ({script.defaults[key]})" if key in script.defaults else "")
+             for key, flags in script.values.items()]
+    switches = [flags[0] for flags in script.switches.values()]
+    wrap = textwrap.TextWrapper(width=110, initial_indent="  ", subsequent_indent="  ")
+    lines = [f"usage: sh scripts/{script.name}.sh [SCRIPT FLAGS] [OTHER FLAGS]", "", *textwrap.wrap(summary, 110), "",
+             "Script flags (defaults; AICB's aliases are accepted too):", *wrap.wrap(", ".join(flags)),
+             "Switches:", *wrap.wrap(", ".join(switches))]
+    if script.size_defaults:
+        sizes = "; ".join(f"-m {size}: " + ", ".join(f"--{k} {v}" for k, v in values.items())
+                          for size, values in script.size_defaults.items())
+        lines += ["A model size fills in only what you did not give:", *wrap.wrap(sizes)]
+    lines += ["", *textwrap.wrap(f"Every other flag is passed on to {entry}, which checks it (see its --help).", 110),
+              "Every flag and alias, against AICB's script: docs/aicb_scripts.md", ""]
+    return "\n".join(lines)
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in SCRIPTS:
         raise ConfigError(f"usage: python -m utils.aicb_scripts {{{'|'.join(SCRIPTS)}}} [flags]")
+    if any(arg in ("-h", "--help") for arg in argv[1:]):
+        print(usage(SCRIPTS[argv[0]]), end="")
+        return 0
     notes: list[str] = []
     cmd = command_for(SCRIPTS[argv[0]], argv[1:], notes=notes)
     for note in notes:

@@ -17,7 +17,19 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from utils.cli_types import fraction, integer, non_negative, number, positive_int, positive_number, spellings
+from utils.cli_types import (
+    INT64_MAX,
+    fraction,
+    integer,
+    non_negative,
+    non_negative_int,
+    number,
+    positive_int,
+    positive_number,
+    pp_rank_type,
+    probability,
+    spellings,
+)
 from utils.errors import ConfigError, UserError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -25,8 +37,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from utils.model_config import ModelConfig
 
 
-__all__ = ["CliParser", "add_job_flags", "build_parser", "fraction", "integer", "job_from", "model_from",
-           "non_negative", "number", "parse_job", "positive_int", "positive_number", "resolve", "run_main"]
+__all__ = ["INT64_MAX", "CliParser", "add_job_flags", "build_parser", "fraction", "integer", "job_from", "model_from",
+           "non_negative", "non_negative_int", "number", "parse_job", "positive_int", "positive_number", "pp_rank_type",
+           "probability", "resolve", "run_main"]
 
 
 class _HelpFormatter(argparse.HelpFormatter):
@@ -142,6 +155,12 @@ def resolve(given: dict[str, Any]) -> dict[str, Any]:
     if preset is not None:
         values.update(_preset_flags(preset))
     values.update({k: v for k, v in given.items() if k != "model_size"})
+    activation = given.get("activation_func")
+    if activation is not None:  # AICB's spelling of the MLP kind: the flag wins over a preset, not over --swiglu
+        wanted = activation == "swiglu"
+        if "swiglu" in given and bool(given["swiglu"]) != wanted:
+            raise ConfigError(f"--activation_func {activation} contradicts {'--swiglu' if given['swiglu'] else '--no-swiglu'}")
+        values["swiglu"] = wanted
     if (preset is not None and preset.is_moe and "num_experts" in given and "moe_router_topk" not in given
             and values["moe_router_topk"] > values["num_experts"]):
         # the preset's top-k belongs to its own expert count: with fewer experts of the user's, AICB's default

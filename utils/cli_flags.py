@@ -10,12 +10,22 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from utils.cli_types import integer, spellings
+from utils.cli_types import (
+    integer,
+    non_negative,
+    non_negative_int,
+    positive_int,
+    positive_number,
+    pp_rank_type,
+    probability,
+    spellings,
+)
 from utils.config import FRAMES
 from utils.model_config import NORMALIZATIONS, POSITION_EMBEDDINGS
 from utils.units import parse_size
 
-_int = integer
+_int = positive_int
+_count = non_negative_int
 
 
 def _size(text: str) -> int:
@@ -90,6 +100,9 @@ def _switch(names: str | tuple[str, ...], help: str, default: bool = False, nega
     return Flag(names, _dest(names), default, help, None, _bool if negatable else _store_true)
 
 
+ACTIVATIONS = ("gelu", "swiglu")
+"""``--activation_func`` values: the MLPs the mocked model builds."""
+
 # ---- the flags ------------------------------------------------------------------------------
 GENERAL = [
     _f(("--frame", "--comm_frame"), "Megatron", "training framework to mock (--comm_frame: AICB's older spelling)",
@@ -100,7 +113,7 @@ GENERAL = [
     _f(("--pipeline_model_parallel", "--pipeline_model_parallel_size"), 1, "pipeline-parallel size (pp)"),
     _f(("--context-parallel-size", "--context_parallel_size"), 1, "context-parallel size (cp)",
        dest="context_parallel_size"),
-    _f("--pp_rank", 0, "pipeline stage whose workload is generated (AICB's -1 means 0)"),
+    _f("--pp_rank", 0, "pipeline stage whose workload is generated (AICB's -1 means 0)", type=pp_rank_type),
     _f("--global_batch", 4, "global batch size (sequences per iteration)"),
     _f("--micro_batch", 1, "micro-batch size per model replica"),
     _f("--epoch_num", 1, "iterations to generate or replay"),
@@ -113,6 +126,8 @@ GENERAL = [
             "and warn when it does not fit --gpu_type"),
     _f(("--output", "-o"), None, "write the workload to this path instead of AICB's default location", type=str),
     _f("--output_dir", None, "directory for results (default: results/)", type=str),
+    _f("--max_items", None, "refuse a workload estimated above this many items (default 5,000,000: about 670 MB of "
+       "CSV; see README, 'Size limit')"),
 ]
 MODEL = [
     _f(("--model_name",), None, "model preset (e.g. gpt_13B, llama3_405B, Mixtral_8x7B, deepseek671)", type=str),
@@ -134,17 +149,17 @@ MODEL = [
     _switch("--untie_embeddings_and_output_weights", "separate output-layer weights", negatable=True),
     _f("--make_vocab_size_divisible_by", 128, "pad the vocabulary to a multiple of this times tp"),
     _f(("--attention_dropout", "--attention-dropout"), None, "dropout probability of the attention scores "
-       "(default: the preset's, else Megatron's 0.1)", type=float),
+       "(default: the preset's, else Megatron's 0.1)", type=probability),
     _f(("--hidden_dropout", "--hidden-dropout"), None, "dropout probability after the attention and the MLP "
-       "(default: the preset's, else Megatron's 0.1)", type=float),
+       "(default: the preset's, else Megatron's 0.1)", type=probability),
 ]
 MEGATRON = [
     _switch("--enable_sequence_parallel", "Megatron sequence parallelism"),
     _switch(("--use-distributed-optimizer",), "Megatron's distributed optimizer (ZeRO-1 style)"),
     _switch("--overlap_grad_reduce", "overlap the DP gradient reduction with backward"),
     _f("--num_layers_per_virtual_pipeline_stage", None, "layers per virtual stage (interleaved 1F1B)"),
-    _f("--decoder_first_pipeline_num_layers", None, "layers of the first pipeline stage (uneven split)"),
-    _f("--decoder_last_pipeline_num_layers", None, "layers of the last pipeline stage (uneven split)"),
+    _f("--decoder_first_pipeline_num_layers", None, "layers of the first pipeline stage (uneven split)", type=_count),
+    _f("--decoder_last_pipeline_num_layers", None, "layers of the last pipeline stage (uneven split)", type=_count),
     _f("--num_virtual_stages_per_pipeline_rank", None, "model chunks per pipeline rank (interleaved 1F1B, Megatron "
        "core's spelling)"),
     _switch("--account_for_embedding_in_pipeline_split", "count the embedding as one layer when splitting the "
@@ -171,10 +186,10 @@ DEEPSPEED = [
     _f("--reduce_bucket_size", int(5e8), "gradient reduction bucket, elements"),
     _f("--allgather_bucket_size", int(5e8), "parameter all-gather bucket (stage 1/2), elements"),
     _switch("--contiguous_gradients", "reduce partitions to their owners instead of all-reduce"),
-    _f("--param_persistence_threshold", int(1e5), "stage 3: parameters this small stay gathered"),
-    _f("--model_persistence_threshold", sys.maxsize, "stage 3: total persistent parameters limit"),
-    _f("--max_live_parameters", int(1e9), "stage 3: gathered parameters limit"),
-    _f("--prefetch_bucket_size", int(1e9), "stage 3: prefetch queue size, elements"),
+    _f("--param_persistence_threshold", int(1e5), "stage 3: parameters this small stay gathered", type=_count),
+    _f("--model_persistence_threshold", sys.maxsize, "stage 3: total persistent parameters limit", type=_count),
+    _f("--max_live_parameters", int(1e9), "stage 3: gathered parameters limit", type=_count),
+    _f("--prefetch_bucket_size", int(1e9), "stage 3: prefetch queue size, elements", type=_count),
 ]
 COLLECTIVE = [
     _f("--begin_size", 1048576, "first message size (bytes; 64K, 1M, 1G accepted)", type=_size),
@@ -182,7 +197,7 @@ COLLECTIVE = [
     _f("--step_factor", 2, "size multiplier between steps"),
     _f("--test_comm", "all_reduce", "collective to sweep", type=str),
     _f("--iter_num", 500, "iterations per size"),
-    _f("--multi_all_reduce_enable", 0, "AICB's multi all-reduce test (0 or 1)"),
+    _f("--multi_all_reduce_enable", 0, "AICB's multi all-reduce test (0 or 1)", type=_count, choices=(0, 1)),
 ]
 MOE = [
     _switch("--moe_enable", "mixture-of-experts MLP", negatable=True),
@@ -192,12 +207,13 @@ MOE = [
     _f("--moe_router_topk", 1, "experts each token is routed to"),
     _f("--moe_ffn_hidden_size", None, "expert MLP hidden size (default --ffn_hidden_size)"),
     _switch("--moe_grouped_gemm", "grouped GEMM for the local experts"),
-    _f("--activation_func", None, "MLP activation", type=str),
+    _f("--activation_func", None, "MLP activation, AICB's flag: gelu (the default MLP) or swiglu (the same as "
+       "--swiglu); it must agree with --swiglu", type=str, choices=ACTIVATIONS),
     _f("--moe_token_dispatcher_type", "alltoall", "token dispatcher: alltoall or allgather", type=str,
        choices=("alltoall", "allgather")),
     _f("--moe_routing_skew", 0.0, "routing skew s: expert e gets a share proportional to (e+1)^-s (0 = balanced)",
-       type=float),
-    _f("--moe_expert_capacity_factor", None, "expert capacity factor (tokens over capacity are dropped)", type=float),
+       type=non_negative),
+    _f("--moe_expert_capacity_factor", None, "expert capacity factor (tokens over capacity are dropped)", type=positive_number),
     _switch("--moe_pad_expert_input_to_capacity", "pad every expert's input to its capacity"),
     _switch("--moe_fp8_dispatch", "dispatch tokens in FP8 (1 byte per value plus fp32 scales per 128 values)"),
 ]
@@ -216,11 +232,11 @@ AIOB = [
 ]
 SIMAI = [_switch("--overlap_version", "SimAI overlap variant")]
 DEEPSEEK = [
-    _f(("--n_dense_layers", "--n_dense_layer"), None, "leading dense (non-MoE) layers (DeepSeek frame default 3)"),
-    _f(("--n_shared_expert", "--n_shared_experts"), None, "shared experts (DeepSeek frame default 2)"),
+    _f(("--n_dense_layers", "--n_dense_layer"), None, "leading dense (non-MoE) layers (DeepSeek frame default 3)", type=_count),
+    _f(("--n_shared_expert", "--n_shared_experts"), None, "shared experts (DeepSeek frame default 2)", type=_count),
     _f("--qk_rope_dim", None, "query/key rotary head dimension (default 64)"),
     _f("--qk_nope_dim", None, "query/key non-rotary head dimension (default 128)"),
-    _f("--q_lora_rank", None, "query down-projection rank (default 1536; 0: no query compression)"),
+    _f("--q_lora_rank", None, "query down-projection rank (default 1536; 0: no query compression)", type=_count),
     _f("--kv_lora_rank", None, "key/value down-projection rank (default 512)"),
     _f("--v_head_dim", None, "value head dimension (default 128)"),
 ]
@@ -230,10 +246,11 @@ REPLAY = [
     _f("--compute_mode", "auto", "computation items: sleep their time, run a real matmul of their shapes (gemm), or "
        "skip them (auto: sleep when timed, gemm on a GPU, else skip)", type=str,
        choices=("auto", "sleep", "gemm", "skip")),
-    _f("--warmup", 1, "untimed, unlogged iterations before the measured ones"),
-    _f("--timeout", 300.0, "seconds any one operation may take before every rank stops with a message", type=float),
+    _f("--warmup", 1, "untimed, unlogged iterations before the measured ones", type=_count),
+    _f("--timeout", 300.0, "seconds any one operation may take before every rank stops with a message",
+       type=positive_number),
     _f("--join_timeout", 1800.0, "seconds the ranks may take to start and join the process group (and rank 0 to "
-       "measure AIOB's compute times) before every rank stops with a message", type=float),
+       "measure AIOB's compute times) before every rank stops with a message", type=positive_number),
     _switch("--check", "check the flags, the launch and every pipeline stage's workload as the replay would, then "
             "stop: no process group, nothing written (the AICB scripts run it once before torchrun)"),
     _f("--workload", None, "replay this AICB workload CSV instead of generating one ({pp_rank} and {rank} in the "
@@ -255,7 +272,7 @@ INFERENCE = [
     _f("--result_dir", "results/workload/", "directory of the output files", type=str),
     _switch("--aiob_enable", "time the computation here (torch modules; CPU fallbacks without a GPU)"),
     _f("--aiob_forward_loops", 1, "timed forward passes per operation with --aiob_enable"),
-    _f("--pp_rank", 0, "pipeline stage whose workload is written"),
+    _f("--pp_rank", 0, "pipeline stage whose workload is written", type=_count),
     _f("--gpu_type", None, "GPU of the compute model's table (H100, H200, ...): estimated compute times and the "
        "memory check", type=str),
     _f("--compute_source", None, "aiob, file, model or placeholder (default: aiob with --aiob_enable, file with "
@@ -269,11 +286,13 @@ INFERENCE = [
     _f("--moe_routing_strategy", "RoundRobin", "RoundRobin (balanced; AICB's sizes) or UniformRandom (seeded)",
        type=str, choices=("RoundRobin", "UniformRandom")),
     _f("--moe_routing_skew", 0.0, "Zipf skew s of the routing: expert e gets a share proportional to (e+1)^-s",
-       type=float),
-    _f("--seed", 0, "seed of UniformRandom routing"),
+       type=non_negative),
+    _f("--seed", 0, "seed of UniformRandom routing", type=integer),
     _f("--dispatch_dtype", "fp8", "MoE dispatch precision: fp8 (DeepEP's, AICB's) or bf16 (the combine is bf16)",
        type=str, choices=("fp8", "bf16")),
     _f(("--output", "-o"), None, "write to this path instead of AICB's name under --result_dir", type=str),
+    _f("--max_items", None, "refuse a workload estimated above this many items (default 5,000,000; see README, "
+       "'Size limit')"),
 ]
 """Flags of the inference entries (:mod:`workload_generator.inference_entry`); not part of :data:`ALL_GROUPS`,
 whose training flags share some names with other defaults."""

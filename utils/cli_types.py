@@ -1,47 +1,84 @@
-"""argparse value types shared by the command lines (numbers, integers written as ``5e8``, fractions)."""
+"""argparse value types shared by the command lines (numbers, integers written as ``5e8``, fractions).
+
+Every type refuses NaN and infinities, and the integer types values beyond int64, with one line naming the
+value; the flag tables (:mod:`utils.cli_flags`) pick the type that states each flag's range."""
 
 from __future__ import annotations
 
 import argparse
+import math
+
+INT64_MAX = 2**63 - 1
+"""The largest integer a flag takes: every count and size lands in an int64 column of some file."""
 
 
 def integer(text: str) -> int:
     """argparse type: an integer, also written as ``5e8`` or ``1_000`` (AICB's bucket sizes are often
-    given so)."""
+    given so); NaN, infinities and values beyond int64 are refused."""
+    clean = str(text).strip().replace("_", "")
     try:
-        value = float(text.replace("_", "")) if any(c in text for c in ".eE") else int(text.replace("_", ""))
+        value: float = int(clean)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid integer: {text!r}") from None
+        try:
+            value = float(clean)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid integer: {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite integer, got {text!r}")
     if value != int(value):
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}")
+    if abs(int(value)) > INT64_MAX:
+        raise argparse.ArgumentTypeError(f"{text!r} is beyond the largest integer taken ({INT64_MAX})")
     return int(value)
 
 
 def positive_int(text: str) -> int:
     """argparse type: an integer >= 1."""
-    try:
-        value = integer(text)
-    except argparse.ArgumentTypeError:
-        value = 0
+    value = integer(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
     return value
 
 
+def non_negative_int(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    value = integer(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def pp_rank_type(text: str) -> int:
+    """argparse type of ``--pp_rank``: a stage index >= 0, or AICB's -1 (meaning 0)."""
+    value = integer(text)
+    if value < -1:
+        raise argparse.ArgumentTypeError(f"expected a pipeline stage >= 0 (or AICB's -1), got {text!r}")
+    return value
+
+
 def number(text: str) -> float:
-    """argparse type: a real number."""
+    """argparse type: a finite real number (NaN and infinities are refused)."""
     try:
-        return float(text)
+        value = float(str(text).strip())
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+finite_float = number
 
 
 def positive_number(text: str) -> float:
-    """argparse type: a number > 0."""
+    """argparse type: a finite number > 0."""
     value = number(text)
     if not value > 0.0:
         raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
     return value
+
+
+finite_positive_float = positive_number
 
 
 def fraction(text: str) -> float:
@@ -52,8 +89,16 @@ def fraction(text: str) -> float:
     return value
 
 
+def probability(text: str) -> float:
+    """argparse type: a probability in [0, 1) (a dropout rate)."""
+    value = number(text)
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a probability in [0, 1), got {text!r}")
+    return value
+
+
 def non_negative(text: str) -> float:
-    """argparse type: a number >= 0."""
+    """argparse type: a finite number >= 0."""
     value = number(text)
     if not value >= 0.0:
         raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")

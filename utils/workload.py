@@ -4,7 +4,7 @@ A :class:`WorkItem` is a communication (type, group, group size, bytes, stage, r
 a computation (operand shapes, FLOPs, a time in ns) or an iteration marker (``epoch_end``).  Every
 other representation (AICB workload CSV, SimAI records, replay, simulation) is a view of it.
 
-The AICB workload CSV (FORMATS.md section 4) is read and written here.  Files we write round-trip
+The AICB workload CSV (docs/formats.md section 4) is read and written here.  Files we write round-trip
 byte for byte (dump, load, dump); AICB's own files load too, with or without the legacy
 ``[rank0 ~ rank127]`` first line, ``None`` or ``-1`` cells, and computation shapes written as
 ``((4096 1 5120) (5120 7680))`` or ``"((4096, 1, 5120), (5120, 7680))"``.

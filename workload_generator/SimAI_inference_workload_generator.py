@@ -22,5 +22,10 @@ def main(argv: list[str] | None = None) -> int:
     return simai_main(argv, PROG)
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The console entry point (pyproject.toml's [project.scripts])."""
     run_main(lambda: main(sys.argv[1:]), PROG)
+
+
+if __name__ == "__main__":
+    cli()

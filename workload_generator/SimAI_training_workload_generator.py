@@ -21,7 +21,7 @@ from typing import Any
 from utils.cli import parse_job, run_main
 from utils.config import JobConfig
 from utils.errors import ConfigError
-from workload_generator.compute_times import default_source, fill_job_times
+from workload_generator.compute_times import default_source, fill_job_times, print_report
 from workload_generator.entry import refuse_visual, report_memory
 from workload_generator.megatron import MegatronWorkload
 from workload_generator.simai_training import derive_simai
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     derived = derive_simai(gen)
     path = values.get("output") or default_simai_path(job, values)
     derived.workload.write(path)
-    print(report.summary())
+    print_report(report)
     if derived.dropped:
         print("not in SimAI's format (left out): " + ", ".join(f"{k} x{v}" for k, v in sorted(derived.dropped.items())))
     print(f"workload save in : {path} ({len(derived.workload.records)} records, pipeline rank {job.parallel.pp_rank})")
@@ -66,5 +66,10 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     return 0
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The console entry point (pyproject.toml's [project.scripts])."""
     run_main(lambda: main(sys.argv[1:]), PROG)
+
+
+if __name__ == "__main__":
+    cli()

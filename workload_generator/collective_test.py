@@ -15,6 +15,7 @@ from typing import Any
 from utils.config import JobConfig
 from utils.errors import ConfigError
 from utils.workload import CommGroup, CommType, WorkItem, Workload
+from workload_generator.limits import check_sweep, limit_of
 
 SWEEPABLE = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce")
 """Collectives ``--test_comm`` accepts (AICB's ``*_into_tensor`` / ``*_tensor`` spellings too)."""
@@ -51,6 +52,7 @@ def collective_test_workload(job: JobConfig, options: dict[str, Any] | None = No
         raise ConfigError(f"--iter_num must be a positive integer, got {iters}")
     sizes = sweep_sizes(int(opts.get("begin_size", 1 << 20)), int(opts.get("end_size", 1 << 20)),
                         int(opts.get("step_factor", 2)))
+    check_sweep(iters, len(sizes), limit_of(opts))
     p = job.parallel
     if int(opts.get("multi_all_reduce_enable", 0) or 0):
         group, group_size = CommGroup.pp_group, p.pp

@@ -1,6 +1,6 @@
 """Fill the computation items of a workload with times, from one of the compute-time sources.
 
-Sources, in DESIGN.md's order of preference: ``aiob`` (measured on this device), ``file`` (an AIOB
+Sources, in the README's order of preference ("Compute times"): ``aiob`` (measured on this device), ``file`` (an AIOB
 compute-time file, ``--comp_filepath``), ``model`` (the compute model's estimate for ``--gpu_type``,
 :mod:`mocked_model.compute`; ``roofline`` is its old name and still accepted) and
 ``placeholder`` (no times: consumers write AICB's placeholder of 1 ns).  The workload records which
@@ -14,14 +14,15 @@ writing the compute file), reads (``file``) or estimates (``model``) and fills t
 from __future__ import annotations
 
 import os
+import sys
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from mocked_model.aiob.compute_file import ComputeFile, sections_of
+from mocked_model.aiob.compute_file import AICB_SECTIONS, CORE_PARTS, ComputeFile, sections_of
 from utils.config import JobConfig
-from utils.errors import ConfigError
+from utils.errors import ConfigError, FormatError
 from utils.workload import WorkItem
 
 SOURCES = ("placeholder", "file", "aiob", "model")
@@ -48,9 +49,26 @@ class FillReport:
             text += f"; compute file {self.compute_file}"
         if self.source == "placeholder":
             text += "; AICB's placeholder of 1 ns per computation (give --comp_filepath, --aiob_enable or --gpu_type)"
-        if self.missing:
-            text += f"; no time for {', '.join(sorted(self.missing))} (counted as 0)"
         return text
+
+    def warning(self) -> str | None:
+        """What the times lack, for stderr: the operations no section (or law) times, which count 0 ns."""
+        if not self.missing:
+            return None
+        names = ", ".join(sorted(self.missing))
+        if self.source in ("file", "aiob"):
+            where = f" in {self.compute_file}" if self.compute_file else ""
+            return (f"no time for {names}{where}: those operations count 0 ns (a file from --aiob_enable, or "
+                    "--compute_source model --gpu_type GPU, times them)")
+        return f"no time for {names} (counted as 0 ns)"
+
+
+def print_report(report: FillReport, log: Callable[[str], None] | None = print) -> None:
+    """The entries' account of a fill: the summary to ``log`` (stdout), what it lacks as a warning on stderr."""
+    if log is not None:
+        log(report.summary())
+    if report.warning():
+        print(f"warning: {report.warning()}", file=sys.stderr)
 
 
 def phase_of(item: WorkItem) -> str:
@@ -72,6 +90,7 @@ def file_times(compute: ComputeFile) -> Callable[[list[WorkItem], FillReport], N
             phase = phase_of(item)
             kind = meta.get("op") if phase == "backward" else "forward"
             groups[(sections, phase, kind, meta.get("layer"))].append(item)
+        check_sections(compute, groups)
         for ((fwd, bwd), phase, kind, _layer), members in groups.items():
             forward_us = compute.avg_us(fwd)
             if forward_us is None:
@@ -95,6 +114,33 @@ def file_times(compute: ComputeFile) -> Callable[[list[WorkItem], FillReport], N
                 report.filled += 1
 
     return fill
+
+
+def check_sections(compute: ComputeFile, groups: dict[tuple, list[WorkItem]]) -> None:
+    """Refuse a file that lacks a section AICB's AIOB always writes (:data:`AICB_SECTIONS`) for an operation
+    of the job: one line naming the file, the section and the operations it would time."""
+    needed: dict[str, set[str]] = defaultdict(set)
+    for ((fwd, _bwd), _phase, _kind, _layer), members in groups.items():
+        if fwd in AICB_SECTIONS and compute.avg_us(fwd) is None:
+            for member in members:
+                name = str((member.meta or {}).get("name", ""))
+                needed[fwd].add(name.split(".", 2)[-1] if name.startswith("layers.") else name)
+    if not needed:
+        return
+    section = sorted(needed)[0]
+    others = sorted(needed)[1:]
+    path = compute.path or "the compute file"
+    line = compute.without_average.get(section)
+    if section == "atten_flash" and any(p in compute.sections for p in CORE_PARTS):
+        lacking = ", ".join(p for p in CORE_PARTS if p not in compute.sections)
+        what = f"no {lacking} (AICB's unfused attention is the sum of {', '.join(CORE_PARTS)})"
+    elif line is not None:
+        what = f"section {section!r} has no time_gpu_avg"
+    else:
+        what = f"no {section!r} section"
+    also = f"; also missing: {', '.join(others)}" if others else ""
+    raise FormatError(path, f"{what}, which times {', '.join(sorted(needed[section]))} (AICB's AIOB writes it for every "
+                      f"model){also}; regenerate the file, or give --compute_source model --gpu_type GPU", line=line)
 
 
 def fill_compute_times(items: Iterable[WorkItem], source: str, comp_filepath: str | None = None,

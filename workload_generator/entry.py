@@ -50,7 +50,7 @@ def build_timed_workload(job: JobConfig, values: dict[str, Any], pp_rank: int | 
     ``--aiob_enable``, read from ``--comp_filepath``, else none).  A time source implies
     ``--computation_enable``; ``--aiob_enable`` measures in this one process (no torchrun needed)
     and writes the compute file to ``results/aiob_outputs/`` (under ``--output_dir`` when given)."""
-    from workload_generator.compute_times import default_source, fill_job_times
+    from workload_generator.compute_times import default_source, fill_job_times, print_report
 
     source = default_source(job, values.get("compute_source"))
     if source != "placeholder" and not job.training.computation_enable:
@@ -58,8 +58,7 @@ def build_timed_workload(job: JobConfig, values: dict[str, Any], pp_rank: int | 
     workload = build_workload(job, pp_rank)
     if source != "placeholder":
         report = fill_job_times(workload.items, job, source, values, log)
-        if log is not None:
-            log(report.summary())
+        print_report(report, log)
     workload.compute_source = source
     return workload
 

@@ -6,9 +6,11 @@ Subclasses (Megatron, DeepSpeed, ...) say what each part communicates; the drive
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
+from typing import Any
 
 from utils.config import JobConfig
+from utils.progress import progress
 from utils.workload import CommGroup, CommType, WorkItem, Workload
 from workload_generator.schedules import Step, pipeline_schedule
 
@@ -32,9 +34,12 @@ class WorkloadGenerator:
         items: list[WorkItem] = []
         self.init(items)
         items.append(WorkItem(CommType.epoch_end))
-        for _ in range(self.job.training.epoch_num):
-            self.iteration(items)
+        epochs = self.job.training.epoch_num
+        bar = progress(total=epochs * (len(self.schedule()) + 1), desc=f"generating ({self.name})", unit="step")
+        for _ in range(epochs):
+            self.iteration(items, bar.update)
             items.append(WorkItem(CommType.epoch_end))
+        bar.close()
         return Workload(items=items, config=self.job, rank=self.rank, generator=self.name)
 
     # ---- parts a subclass fills in --------------------------------------------------------------
@@ -89,7 +94,8 @@ class WorkloadGenerator:
 
     # ---- the driver -----------------------------------------------------------------------------
 
-    def iteration(self, out: list[WorkItem]) -> None:
+    def iteration(self, out: list[WorkItem], tick: Callable[[], Any] | None = None) -> None:
+        """One iteration's items; ``tick()`` after each schedule step and the optimizer step (a progress bar)."""
         for step in self.schedule():
             if step.kind == "F":
                 self.forward(out, step)
@@ -97,7 +103,11 @@ class WorkloadGenerator:
                 self.backward(out, step)
             else:
                 self.p2p(out, step)
+            if tick is not None:
+                tick()
         self.step(out)
+        if tick is not None:
+            tick()
 
 
 def p2p_items(step: Step, nbytes: int, pp: int, pp_rank: int) -> list[WorkItem]:

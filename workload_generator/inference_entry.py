@@ -22,7 +22,8 @@ from utils.cli_flags import INFERENCE, add_flags
 from utils.inference_config import resolve_model
 from utils.inference_job import InferenceJob
 from utils.workload import Workload
-from workload_generator.compute_times import FillReport
+from workload_generator.compute_times import FillReport, print_report
+from workload_generator.limits import check_inference
 
 
 def build_parser(prog: str, description: str, positional: bool = True,
@@ -64,6 +65,7 @@ def generate(job: InferenceJob, values: dict[str, Any],
     from mocked_model.inference_memory import check_fits
     from workload_generator.inference import default_aiob_path, default_source, timed_step
 
+    check_inference(job, values)
     memory = check_fits(job)
     aiob_path = default_aiob_path(job)
     source = default_source(job, values.get("compute_source"), values.get("aiob_enable", False),
@@ -96,7 +98,7 @@ def simai_main(argv: Sequence[str] | None, prog: str) -> int:
     path = values.get("output") or default_paths(job, values["result_dir"])[0]
     simai.write(path)
     print(describe(job))
-    print(report.summary())
+    print_report(report)
     print(memory.summary())
     if dropped:
         print("not in SimAI's format (left out): " + ", ".join(f"{k} x{v}" for k, v in sorted(dropped.items())))
@@ -115,7 +117,7 @@ def vidur_main(argv: Sequence[str] | None, prog: str) -> int:
     rows = vidur_rows(job, records, layers)
     write_vidur(path, rows)
     print(describe(job))
-    print(report.summary())
+    print_report(report)
     print(memory.summary())
     print(f"workload save in : {path} ({len(rows)} rows)")
     return 0
@@ -129,7 +131,7 @@ def default_csv_path(job: InferenceJob, output_dir: str | None = None) -> str:
 # ---- aicb.py --frame Inference ------------------------------------------------------------------------
 
 def _aicb_flags(parser: argparse.ArgumentParser) -> None:
-    from utils.cli import REPLAY
+    from utils.cli import REPLAY, positive_int
 
     parser.add_argument("--frame", choices=("Inference",), default="Inference", help="Inference (this entry)")
     parser.add_argument("-m", "--model_name", "--model-name", "--model_size", "--model-size", dest="model_name",
@@ -137,7 +139,7 @@ def _aicb_flags(parser: argparse.ArgumentParser) -> None:
                         "deepseek-671B, qwen3-235B, qwen3-next-80B or a preset (deepseek_v3, qwen3_235B_A22B, ...)")
     parser.add_argument("--inference_config", "--inference-config", dest="config_file", metavar="JSON",
                         help="AICB's JSON config of the model (default: AICB's default of its kind)")
-    parser.add_argument("--epoch_num", "--epoch-num", type=int, default=1, help="steps to generate or replay")
+    parser.add_argument("--epoch_num", "--epoch-num", type=positive_int, default=1, help="steps to generate or replay")
     parser.add_argument("--workload_only", "--workload-only", action="store_true",
                         help="write the workload CSV and stop (no replay)")
     parser.add_argument("--output_dir", "--output-dir", default=None, help="directory for results (default results/)")
@@ -194,12 +196,12 @@ def stage_workload(job: Any, values: dict[str, Any], stage: int, log: Callable[[
     from workload_generator.inference import default_aiob_path, default_source, timed_step
 
     ijob = replace(inference_job_of(job), pp_rank=stage)
+    check_inference(ijob, values)
     check_fits(ijob)
     source = default_source(ijob, values.get("compute_source"), False, values.get("comp_filepath"),
                             default_aiob_path(ijob))
     workload, report = timed_step(ijob, source, values.get("comp_filepath"), 1, default_aiob_path(ijob))
-    if log is not None:
-        log(report.summary())
+    print_report(report, log)
     return workload
 
 

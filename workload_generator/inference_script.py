@@ -64,6 +64,7 @@ Options:
   -h, --help                this help
 Further flags go to python -m workload_generator.SimAI_inference_workload_generator (see its --help):
   --gpu_type H200 estimates the computation with the compute model.
+Every flag against AICB's script: docs/aicb_scripts.md
 """
 
 

@@ -20,6 +20,7 @@ from utils.errors import ConfigError
 from utils.workload import CommGroup, CommType, WorkItem, Workload
 from workload_generator.buckets import Bucket, default_bucket_size, grad_buckets
 from workload_generator.generator import WorkloadGenerator, p2p_items
+from workload_generator.limits import check_megatron
 from workload_generator.schedules import Step, pipeline_schedule
 
 
@@ -52,6 +53,7 @@ class MegatronWorkload(WorkloadGenerator):
         self.pp_rank = p.pp_rank if pp_rank is None else pp_rank
         if not 0 <= self.pp_rank < p.pp:
             raise ConfigError(f"--pp_rank {self.pp_rank} is outside 0..{p.pp - 1}")
+        check_megatron(job, [self.pp_rank])  # before the layers are built: their number is what the estimate refuses
         super().__init__(job, rank=p.rank_generator().rank_at(pp=self.pp_rank))
         self.ctx = MegatronContext.of(job)
         factory = chunk_factory or MegatronChunk

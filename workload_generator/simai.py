@@ -1,4 +1,4 @@
-"""The SimAI training workload file (FORMATS.md section 2): typed header and layer records, reader and writer.
+"""The SimAI training workload file (docs/formats.md section 2): typed header and layer records, reader and writer.
 
 Layout, as SimAI's ``Workload::initialize_workload`` reads it:
 
@@ -13,7 +13,7 @@ Units: compute and update times are integer nanoseconds, sizes are bytes.
 Reading (:meth:`SimAIWorkload.read`, :meth:`SimAIWorkload.loads`):
 
 - ``strict=True`` (the default; what we use to validate files we write): one record per line with
-  exactly 12 fields, only the comm tokens of FORMATS.md section 2
+  exactly 12 fields, only the comm tokens of docs/formats.md section 2
   (``workload_generator.simai_tokens.VALID_TOKENS``), exactly N records, integer header values (an
   integer-valued float such as AICB's ``pp_comm 6291456.0`` is accepted), a known policy keyword.
 - ``strict=False``: whatever SimAI accepts: records across any line breaks, any comm token (SimAI
@@ -72,7 +72,7 @@ RECORD_FIELDS = (
     "name", "dependency", "fwd_compute_ns", "fwd_comm", "fwd_size_bytes", "ig_compute_ns", "ig_comm",
     "ig_size_bytes", "wg_compute_ns", "wg_comm", "wg_size_bytes", "update_ns",
 )
-"""The 12 fields of a layer record, in file order (FORMATS.md section 2)."""
+"""The 12 fields of a layer record, in file order (docs/formats.md section 2)."""
 _TOKEN_FIELDS = frozenset({"fwd_comm", "ig_comm", "wg_comm"})
 _STRING_POSITIONS = frozenset({0, 3, 6, 9})
 

@@ -1,4 +1,4 @@
-"""The SimAI inference workload (FORMATS.md section 8, AICB 2.1) and Vidur's per-layer CSV, derived from
+"""The SimAI inference workload (docs/formats.md section 8, AICB 2.1) and Vidur's per-layer CSV, derived from
 the same work items as the replay CSV (:mod:`workload_generator.inference`).
 
 SimAI file: AICB's header (``HYBRID_TRANSFORMER_FWD_IN_BCKWD model_parallel_NPU_group: T ep: E pp: P

@@ -1,4 +1,4 @@
-"""The SimAI workload comm tokens and their meaning (FORMATS.md section 2).
+"""The SimAI workload comm tokens and their meaning (docs/formats.md section 2).
 
 A token is a collective name (``ALLREDUCE``, ``ALLGATHER``, ``REDUCESCATTER``, ``ALLTOALL``) or
 ``NONE``, optionally followed by a group suffix: none means the TP group in the fwd and ig columns
@@ -19,7 +19,7 @@ _NAME_TO_VALUE = {"ALLREDUCE": "all_reduce", "ALLGATHER": "all_gather", "REDUCES
                   "ALLTOALL": "all_to_all"}
 """Token name -> :class:`utils.workload.CommType` value (tests/test_simai_tokens.py checks they agree).  Kept
 as strings so that reading a SimAI file (the simulator's hot path) needs no work-item module."""
-# SimAI matches the collective by prefix in this order (SIMAI_ANALYTICAL.md).
+# SimAI matches the collective by prefix in this order (docs/simai_analytical.md).
 _PREFIX_ORDER = ("ALLREDUCE", "ALLTOALL", "ALLGATHER", "REDUCESCATTER")
 _SUFFIX_GROUP = {"": "", "_EP": "EP", "_DP_EP": "DP_EP"}
 

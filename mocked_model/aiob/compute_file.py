@@ -1,4 +1,4 @@
-"""AICB's compute-time file (FORMATS.md section 6): reader, writer, and which section times which
+"""AICB's compute-time file (docs/formats.md section 6): reader, writer, and which section times which
 computation item.
 
 ```
@@ -25,6 +25,7 @@ whole layer, which undercounts the GEMMs' backward by half.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -70,6 +71,12 @@ FORWARD_SECTIONS: tuple[tuple[str, str, str], ...] = (
 )
 CORE_PARTS = ("atten_core_qk", "atten_core_softmax", "atten_core_contex")
 """AICB's split of attention without flash attention; their sum stands for ``atten_flash``."""
+AICB_SECTIONS = frozenset({"Emb", "layernorm", "atten_qkv", "atten_flash", "atten_linear", "layernorm2", "mlp_linear_1",
+                           "mlp_gelu", "mlp_linear_2", "layernorm_post", "logit_time", "param_time"})
+"""The forward sections AICB's AIOB writes for every Megatron model (``atten_flash`` or its core parts): a file
+without one that the job needs is truncated or edited, and reading it is an error.  Our other sections
+(residual adds, rotary embedding, QK-norm, loss, MoE and MLA operations) time operations AICB's AIOB does not:
+an AICB file lacks them, and those operations count 0 ns with a warning, as AICB has no time for them either."""
 
 
 def sections_of(name: str) -> tuple[str, str] | None:
@@ -97,6 +104,17 @@ class ComputeFile:
     iterations: int = 1
     sections: dict[str, SectionTimes] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
+    path: str | None = field(default=None, compare=False)
+    """The file it was read from (named in errors about its contents)."""
+    without_average: dict[str, int] = field(default_factory=dict, compare=False)
+    """Sections read without a ``time_gpu_avg`` line (AICB's inference files carry such), by their line."""
+
+    def where(self, section: str) -> str:
+        """How an error names a section it lacks: the file and, for a section without an average, its line."""
+        name = self.path or "the compute file"
+        if section in self.without_average:
+            return f"{name}:{self.without_average[section]}: section {section!r} has no time_gpu_avg"
+        return f"{name}: no {section!r} section"
 
     def avg_us(self, section: str) -> float | None:
         """Average time of ``section`` (``atten_flash`` falls back to the sum of AICB's core parts)."""
@@ -132,11 +150,13 @@ class ComputeFile:
     @classmethod
     def loads(cls, text: str, path: str = "<compute file>") -> ComputeFile:
         """Parse a compute file.  Section headers are ``name:`` at the start of a line, their fields
-        indented ``key: value`` lines; a section needs ``time_gpu_avg`` (max and min default to it)."""
-        out = cls()
+        indented ``key: value`` lines; a section needs ``time_gpu_avg`` (max and min default to it).  A time
+        that is not a finite number >= 0 (``nan``, ``inf``, ``-5``) is refused with its line."""
+        out = cls(path=path)
         current: str | None = None
         fields: dict[str, dict[str, str]] = {}
         lines: dict[str, int] = {}
+        field_lines: dict[tuple[str, str], int] = {}
         seen_iter = False
         for number, raw in enumerate(text.splitlines(), start=1):
             if not raw.strip():
@@ -150,12 +170,15 @@ class ComputeFile:
                 if current is None:
                     raise FormatError(path, f"field {key!r} outside any section", line=number)
                 fields[current][key] = value
+                field_lines[(current, key)] = number
             elif key == "train_iter":
                 try:
                     out.iterations = int(value)
                 except ValueError:
                     raise FormatError(path, f"expected an integer count, got {value!r}", line=number,
                                       field="train_iter") from None
+                if out.iterations < 0:
+                    raise FormatError(path, f"expected a count >= 0, got {value!r}", line=number, field="train_iter")
                 seen_iter = True
             elif value:
                 out.labels[key] = value
@@ -169,20 +192,26 @@ class ComputeFile:
             times = {}
             for key in ("time_gpu_avg", "time_gpu_max", "time_gpu_min"):
                 if key in values:
+                    line = field_lines.get((name, key), lines[name])
                     try:
                         times[key] = float(values[key])
                     except ValueError:
-                        raise FormatError(path, f"expected microseconds, got {values[key]!r}", line=lines[name],
+                        raise FormatError(path, f"expected microseconds, got {values[key]!r}", line=line,
                                           field=f"{name}.{key}") from None
+                    if not math.isfinite(times[key]) or times[key] < 0:
+                        raise FormatError(path, f"expected a time in microseconds (a finite number >= 0), got "
+                                          f"{values[key]!r}", line=line, field=f"{name}.{key}")
             if "time_gpu_avg" not in times:
+                out.without_average[name] = lines[name]
                 continue  # e.g. AICB's inference files carry other sections
             avg = times["time_gpu_avg"]
-            if avg < 0:
-                raise FormatError(path, f"negative time {avg}", line=lines[name], field=f"{name}.time_gpu_avg")
             out.sections[name] = SectionTimes(times.get("time_gpu_max", avg), times.get("time_gpu_min", avg), avg,
                                               values.get("implementation"))
         return out
 
 
 def _num(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else f"{value:.3f}"
+    """A time as written: 3 decimals, none when they are all zero (decided on the rounded text, so that
+    873.9996 is written ``874`` and reads back as it is written)."""
+    text = f"{float(value):.3f}"
+    return text[:-4] if text.endswith(".000") else text

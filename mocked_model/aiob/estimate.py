@@ -1,4 +1,4 @@
-"""Write the compute model's estimate of a job's computation as a compute file (FORMATS.md section 6),
+"""Write the compute model's estimate of a job's computation as a compute file (docs/formats.md section 6),
 for GPUs nobody profiled; every consumer reads it like a measurement, and its labels say it is not one.
 
     python -m mocked_model.aiob.estimate --gpu_type H100 --model_name llama3_8B --seq_length 4096 \\

@@ -42,6 +42,7 @@ from mocked_model.aiob.compute_file import ComputeFile
 from mocked_model.aiob.timing import OUTLIER_FACTOR, clock_for, summarize
 from mocked_model.inference import SECTION_OF_RECORD, moe_routing
 from utils.inference_job import InferenceJob
+from utils.progress import progress, say
 
 CPU_WEIGHT_CAP = 1 << 25
 """Most elements of one weight allocated on a CPU (128 MiB in float32); bigger ones are timed on a slice."""
@@ -350,15 +351,18 @@ def measure_inference_job(job: InferenceJob, loops: int = 1, device: torch.devic
         "samples": f"{max(loops, 1)} per record after {WARMUP[device.type if device.type == 'cuda' else 'cpu']} "
                    f"warm-up; above {OUTLIER_FACTOR:g}x the minimum dropped"})
     warmup = WARMUP["cuda" if device.type == "cuda" else "cpu"]
+    records = _record_ops(f)
+    bar = progress(total=len(records) * (warmup + max(loops, 1)), desc="AIOB", unit="run")
     with torch.inference_mode():
-        for record, build in _record_ops(f).items():
-            if log is not None:
-                log(f"AIOB: timing {record} on {label}")
+        for record, build in records.items():
+            say(log, f"AIOB: timing {record} on {label}")
+            bar.set_postfix_str(record, refresh=False)
             start = len(f.linears)
             op = build()
             samples = []
             for index in range(warmup + max(loops, 1)):
                 _, ns = clock.time(op.run)
+                bar.update()
                 if index >= warmup:
                     samples.append(ns)
             sliced = [layer for layer in f.linears[start:] if layer.sliced]
@@ -367,4 +371,5 @@ def measure_inference_job(job: InferenceJob, loops: int = 1, device: torch.devic
                                                   "added at its rate" if sliced else "")
             out.sections[SECTION_OF_RECORD[record]] = summarize([s + extra for s in samples], implementation)
             del op
+    bar.close()
     return out

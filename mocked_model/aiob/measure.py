@@ -29,6 +29,7 @@ from mocked_model.aiob.modules import build_op, torch_dtype
 from mocked_model.aiob.timing import OUTLIER_FACTOR, clock_for, sample_op, summarize
 from utils.config import JobConfig
 from utils.errors import ConfigError
+from utils.progress import progress, say
 
 __all__ = ["aiob_filename", "default_aiob_path", "measure_job"]
 
@@ -69,14 +70,19 @@ def measure_job(job: JobConfig, device: torch.device | str | None = None, warmup
     if log is not None and device.type != "cuda":
         log(f"aiob: no CUDA device; timing on the CPU in {out.labels['dtype']} (the times describe this CPU)")
     backward = {}
-    for spec in op_specs(job):
-        # AICB's rule (every layer of every iteration) averages a GPU's noise; on a CPU an operation of a
-        # billion-parameter layer takes seconds and varies little, so the fewest samples do
-        samples = max(job.training.epoch_num * spec.repeats, min_samples) if device.type == "cuda" else min_samples
+    specs = op_specs(job)
+    # AICB's rule (every layer of every iteration) averages a GPU's noise; on a CPU an operation of a
+    # billion-parameter layer takes seconds and varies little, so the fewest samples do
+    counts = [max(job.training.epoch_num * spec.repeats, min_samples) if device.type == "cuda" else min_samples
+              for spec in specs]
+    bar = progress(total=sum(max(warm, 1) + n for n in counts), desc="AIOB", unit="run")
+    for spec, samples in zip(specs, counts):
+        bar.set_postfix_str(spec.section, refresh=False)
         try:
             op = build_op(spec, device, dtype)
-            result = sample_op(op, clock, warm, samples)
+            result = sample_op(op, clock, warm, samples, tick=bar.update)
         except (torch.OutOfMemoryError, MemoryError, RuntimeError) as exc:
+            bar.close()
             if isinstance(exc, RuntimeError) and not _out_of_memory(exc):
                 raise
             raise ConfigError(f"--aiob_enable: {spec.section} {spec.shape} does not fit in {device_label(device)}'s "
@@ -85,13 +91,13 @@ def measure_job(job: JobConfig, device: torch.device | str | None = None, warmup
         out.sections[spec.section] = summarize([s * scale for s in result.forward_ns], result.implementation)
         if spec.backward and op.has_backward:
             backward[spec.backward] = summarize(result.backward_ns, result.implementation)
-        if log is not None:
-            log(f"aiob: {spec.section:<16} fwd {out.sections[spec.section].avg_us:10.1f} us"
-                + (f"  bwd {backward[spec.backward].avg_us:10.1f} us" if spec.backward in backward else "")
-                + f"  [{result.implementation}]")
+        say(log, f"aiob: {spec.section:<16} fwd {out.sections[spec.section].avg_us:10.1f} us"
+            + (f"  bwd {backward[spec.backward].avg_us:10.1f} us" if spec.backward in backward else "")
+            + f"  [{result.implementation}]")
         del op
         if device.type == "cuda":
             torch.cuda.empty_cache()  # one operation's tensors at a time: big logits and experts fit
+    bar.close()
     # backward sections after the forward ones, so that AICB's readers meet their sections first
     out.sections.update(backward)
     return out

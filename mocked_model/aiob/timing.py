@@ -88,10 +88,10 @@ class OpSamples:
     implementation: str = ""
 
 
-def sample_op(op, clock: Clock, warmup: int, samples: int) -> OpSamples:
+def sample_op(op, clock: Clock, warmup: int, samples: int, tick: Callable[[], Any] | None = None) -> OpSamples:
     """Run ``op`` (a :class:`~mocked_model.aiob.modules.TimedOp`) ``warmup + samples`` times, timing
-    forward and backward separately on the last ``samples``.  An optional kernel that fails during
-    warm-up is replaced by its torch fallback (the implementation records why)."""
+    forward and backward separately on the last ``samples``; ``tick()`` after each run (a progress bar).  An
+    optional kernel that fails during warm-up is replaced by its torch fallback (the implementation records why)."""
     out = OpSamples()
     for index in range(max(warmup, 1) + samples):
         op.reset()
@@ -103,6 +103,8 @@ def sample_op(op, clock: Clock, warmup: int, samples: int) -> OpSamples:
                 continue
             raise
         del result
+        if tick is not None:
+            tick()
         if index >= max(warmup, 1):
             out.forward_ns.append(forward_ns)
             out.backward_ns.append(backward_ns)
