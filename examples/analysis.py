@@ -26,6 +26,7 @@
 # simulation of the same job.  Bandwidths are GB/s = 10^9 B/s with nccl-tests' bus-bandwidth factors.
 #
 # `examples/analysis.py` holds the same code (jupytext percent format); the tests run it, so it keeps working.
+# Every plot is a matplotlib figure that Jupyter draws when it ends a cell (no `%matplotlib inline` needed).
 
 # %%
 import os
@@ -154,6 +155,20 @@ fig
 # %%
 fig = plots.time_share(log)
 plots.save(fig, OUT / "time_share.png")
+fig
+
+# %% [markdown]
+# The share of each operation type (operations, bytes, logged time) and the message sizes as cumulative
+# distributions: how much of the traffic is small, latency-bound messages.
+
+# %%
+fig = plots.type_share(log)
+plots.save(fig, OUT / "type_share.png")
+fig
+
+# %%
+fig = plots.size_cdf(log)
+plots.save(fig, OUT / "size_cdf.png")
 fig
 
 # %% [markdown]

@@ -159,9 +159,11 @@ def plot_files(input_path: str, sim_path: str | None, folder: str, nominal: dict
         if iteration is not None and not (log.items["iteration"] == iteration).any():
             raise ConfigError(f"--iteration {iteration}: {input_path} has no operations in iteration {iteration}")
         figures.update({"busbw_vs_size": plots.busbw_vs_size(log, nominal), "iteration_times": plots.iteration_times(log),
-                        "timeline": plots.timeline(log, iteration), "time_share": plots.time_share(log)})
+                        "timeline": plots.timeline(log, iteration), "time_share": plots.time_share(log),
+                        "type_share": plots.type_share(log), "size_cdf": plots.size_cdf(log)})
     elif loaded.kind == "workload":
-        figures["workload_sizes"] = plots.workload_sizes(loaded.data)
+        figures.update({"workload_sizes": plots.workload_sizes(loaded.data), "type_share": plots.type_share(loaded.data),
+                        "size_cdf": plots.size_cdf(loaded.data)})
     sims = [loaded.data] if loaded.kind == "sim" else []
     if sim_path:
         sims.append(load_input(sim_path, ("sim",)).data)
@@ -205,8 +207,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from log_analyzer.log import warning_lines
+
     args = build_parser().parse_args(argv)
-    return {"report": cmd_report, "plot": cmd_plot, "compare": cmd_compare}[args.command](args)
+    with warning_lines(PROG):  # a detail file left out: one line on stderr, and the work goes on
+        return {"report": cmd_report, "plot": cmd_plot, "compare": cmd_compare}[args.command](args)
 
 
 def cli() -> None:

@@ -14,9 +14,10 @@ from utils.errors import FormatError
 
 @dataclass
 class Input:
-    """A file loaded by its kind: ``data`` is a :class:`~log_analyzer.log.Log` (``log``), a
-    :class:`~utils.workload.Workload` (``workload``) or a
-    :class:`~log_analyzer.sim_files.SimResult` (every simulator kind, ``kind == "sim"``)."""
+    """A file loaded by its kind: ``data`` is a :class:`~log_analyzer.log.Log` (``log``), the workload's
+    item table (``workload``: :func:`~log_analyzer.summary.workload_frame`, read in chunks, no
+    WorkItem per row) or a :class:`~log_analyzer.sim_files.SimResult` (every simulator kind,
+    ``kind == "sim"``)."""
 
     path: str
     kind: str
@@ -39,9 +40,9 @@ def load_input(path: str | os.PathLike, want: tuple[str, ...] = ("log", "workloa
 
         return Input(path, kind, Log.load(path))
     if kind == "workload":
-        from utils.workload import Workload
+        from log_analyzer.summary import workload_frame
 
-        return Input(path, kind, Workload.load(path))
+        return Input(path, kind, workload_frame(path))
     from log_analyzer.sim_files import SimResult
 
     return Input(path, kind, SimResult.load(path))

@@ -29,32 +29,26 @@ imports pandas only to read (the ranks of a replay write without it).
 from __future__ import annotations
 
 import csv
-import io
 import math
 import os
+import sys
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass
+import warnings
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from log_analyzer.frames import _items_frame
+from log_analyzer.detail import DETAIL_COLUMNS
 from utils.errors import FormatError
-from utils.io import atomic_write, read_text
-from utils.workload import CSV_COLUMNS, CommType, WorkItem, format_shapes, read_csv
+from utils.io import atomic_write
+from utils.workload import CSV_COLUMNS, CommType, WorkItem, format_shapes
 
 if TYPE_CHECKING:
     import pandas as pd
 
 LOG_SUFFIX = "_log.csv"
 DETAIL_SUFFIX = "_detail.csv"
-
-DETAIL_COLUMNS = (
-    "row", "iteration", "item_index", "comm_type", "comm_group", "comm_group_size", "msg_size", "stage",
-    "elapsed_ms", "algbw_gbps", "busbw_gbps", "max_elapsed_ms", "slowest_rank", "min_elapsed_ms", "last_arrival_rank",
-    "ranks_timed", "slowest_busbw_gbps", "emulated", "batch", "peer_rank",
-)
-"""Columns of the detail CSV (times in ms, bandwidths in GB/s, ranks global)."""
-
 
 def detail_path(log_path: str | os.PathLike) -> str:
     """``x_log.csv`` -> ``x_detail.csv`` (the detail file beside a log)."""
@@ -226,34 +220,26 @@ def write_detail(path: str | os.PathLike, rows: Iterable[dict[str, Any]]) -> Non
 
 # ---- reading ---------------------------------------------------------------------------------
 
-_DETAIL_TYPES = {
-    "row": "Int64", "iteration": "Int64", "item_index": "Int64", "comm_group_size": "Int64", "msg_size": "Int64",
-    "elapsed_ms": "float64", "algbw_gbps": "float64", "busbw_gbps": "float64", "max_elapsed_ms": "float64",
-    "slowest_rank": "Int64", "min_elapsed_ms": "float64", "last_arrival_rank": "Int64", "ranks_timed": "Int64",
-    "slowest_busbw_gbps": "float64", "batch": "Int64", "peer_rank": "Int64",
-}
-_JOINED = ("max_elapsed_ms", "slowest_rank", "min_elapsed_ms", "last_arrival_rank", "ranks_timed", "slowest_busbw_gbps",
-           "emulated", "batch", "peer_rank", "item_index")
+class DetailWarning(UserWarning):
+    """A detail CSV beside a log that could not be used (the log is read without it)."""
 
 
-def _read_detail(path: str) -> pd.DataFrame:
-    import pandas as pd
+@contextmanager
+def warning_lines(prog: str) -> Iterator[None]:
+    """Within the block, each :class:`DetailWarning` is one line ``PROG: warning: ...`` on stderr (every
+    time, not once per place); other warnings print as Python prints them."""
+    with warnings.catch_warnings():
+        shown = warnings.showwarning
 
-    try:
-        frame = pd.read_csv(path, keep_default_na=True)
-    except (OSError, pd.errors.ParserError, UnicodeDecodeError) as exc:
-        raise FormatError(path, f"cannot read the detail CSV: {exc}") from None
-    missing = [c for c in ("row", "max_elapsed_ms", "slowest_rank") if c not in frame.columns]
-    if missing:
-        raise FormatError(path, f"header lacks column(s) {', '.join(missing)} (expected {','.join(DETAIL_COLUMNS)})")
-    types = {k: v for k, v in _DETAIL_TYPES.items() if k in frame.columns}
-    try:
-        frame = frame.astype(types)
-    except (TypeError, ValueError) as exc:
-        raise FormatError(path, f"non-numeric value in a numeric column: {exc}") from None
-    if "emulated" in frame.columns:
-        frame["emulated"] = frame["emulated"].map(lambda v: str(v).strip().lower() in ("true", "1")).astype("boolean")
-    return frame
+        def show(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+            if issubclass(category, DetailWarning):
+                print(f"{prog}: warning: {message}", file=sys.stderr)
+            else:
+                shown(message, category, *args, **kwargs)
+
+        warnings.simplefilter("always", DetailWarning)
+        warnings.showwarning = show
+        yield
 
 
 @dataclass
@@ -265,16 +251,20 @@ class Log:
     computation, whose operand shapes are in ``shapes``), ``elapsed_ms``, ``algbw_gbps``,
     ``busbw_gbps``, and, when the detail CSV is beside the log, ``max_elapsed_ms``, ``slowest_rank``,
     ``min_elapsed_ms``, ``last_arrival_rank``, ``ranks_timed``, ``slowest_busbw_gbps``, ``emulated``,
-    ``batch``, ``peer_rank``, ``item_index``.
+    ``batch``, ``peer_rank``, ``item_index``.  Text columns (type, group, stage, shapes, additional)
+    are categoricals, so that a 10^6-row log takes about 100 MB (150 MB with its detail file).
     ``iterations``: one row per iteration: ``time_ms`` (the epoch_end row's wall time; NaN for a
-    block a crash cut short), ``comm_ms`` and ``compute_ms`` (sums of the rows), ``ops``, and with the
-    detail file ``max_time_ms`` / ``slowest_rank`` (the slowest rank's wall time of that iteration).
+    block a crash cut short), ``comm_ms`` and ``compute_ms`` (sums of the rows, each p2p batch counted
+    once: :func:`~log_analyzer.summary.batch_weights`), ``ops``, and with the detail file
+    ``max_time_ms`` / ``slowest_rank`` (the slowest rank's wall time of that iteration).
+    ``warnings``: what could not be used (a detail file that is empty, malformed or another log's).
     """
 
     path: str
     items: pd.DataFrame
     iterations: pd.DataFrame
     detail_path: str | None = None
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def epoch_times(self) -> pd.Series:
@@ -286,29 +276,46 @@ class Log:
 
     @property
     def measured(self) -> pd.DataFrame:
-        """Items of the measured iterations (init excluded)."""
-        return self.items[self.items["iteration"] >= 1]
+        """Items of the measured iterations (init excluded): a slice of ``items``, not a copy (the rows
+        are in log order, so init's come first)."""
+        import numpy as np
+
+        iteration = self.items["iteration"].to_numpy()
+        if len(iteration) and not (np.diff(iteration) >= 0).all():  # a table put together by hand
+            return self.items[self.items["iteration"] >= 1]
+        return self.items.iloc[int(np.searchsorted(iteration, 1)):]
 
     @classmethod
     def load(cls, path: str | os.PathLike, detail: str | os.PathLike | None = None) -> Log:
         """Read a ``*_log.csv`` (ours or AICB's) and, when present, the ``*_detail.csv`` beside it
-        (or ``detail``).  Raises :class:`~utils.errors.FormatError` naming the file and line."""
+        (or ``detail``).  Raises :class:`~utils.errors.FormatError` naming the file, line and column
+        of a bad cell (NaN, a negative time, an integer beyond 2^63 - 1, ...).
+
+        A detail file found beside the log that is empty, malformed or another log's is left out with
+        a :class:`DetailWarning` (also in ``warnings``), not an error: it is the run's secondary
+        output, written after the measurements; every measurement is in the log, and an analysis
+        should not be refused because its by-product was cut short or copied from another run.  The
+        warning names the file and what is missing without it.  A ``detail`` named by the caller is an
+        input that was asked for: its errors are raised."""
+        from log_analyzer.detail import join_detail
+        from log_analyzer.frames import read_items
+
         path = os.fspath(path)
-        text = read_text(path, "a replay log CSV")
-        items, epochs = _items_frame(read_csv(io.StringIO(text), path))
-        iterations = _iteration_table(items, epochs)
+        items, epochs = read_items(path, "a replay log CSV")
         dpath = os.fspath(detail) if detail is not None else detail_path(path)
-        if detail is None and not os.path.exists(dpath):
-            return cls(path=path, items=items, iterations=iterations)
-        extra = _read_detail(dpath)
-        joined = [c for c in _JOINED if c in extra.columns]
-        items = items.merge(extra[["row", *joined]], on="row", how="left")
-        epoch_rows = extra[extra["comm_type"].astype(str).str.contains("epoch_end")]
-        if len(epoch_rows):
-            slow = epoch_rows[["iteration", "max_elapsed_ms", "slowest_rank"]].rename(
-                columns={"max_elapsed_ms": "max_time_ms"})
-            iterations = iterations.merge(slow, on="iteration", how="left")
-        return cls(path=path, items=items, iterations=iterations, detail_path=dpath)
+        used: str | None = None
+        notes: list[str] = []
+        if detail is not None or os.path.exists(dpath):
+            try:
+                items, epochs = join_detail(items, epochs, dpath)
+                used = dpath
+            except FormatError as exc:
+                if detail is not None:
+                    raise
+                notes.append(f"{exc} (the log is read without it: no slowest ranks, stragglers or p2p batches)")
+        for note in notes:
+            warnings.warn(note, DetailWarning, stacklevel=2)
+        return cls(path=path, items=items, iterations=_iteration_table(items, epochs), detail_path=used, warnings=notes)
 
     # ---- AICB's names (its tutorial's ``Log.load(f).comm_logs`` / ``comm_log_each_epoch``) ----------------
 
@@ -383,20 +390,20 @@ class Workload:
 
 
 def _iteration_table(items: pd.DataFrame, epochs: pd.DataFrame) -> pd.DataFrame:
-    from log_analyzer.summary import batch_weights
+    from log_analyzer.summary import logged_time
 
-    # a p2p batch's time is logged on each of its rows: count it once
-    is_comp = items["comm_type"] == CommType.computation.value
-    own = items["elapsed_ms"] * batch_weights(items)
-    grouped = items.assign(comm_ms=own.where(~is_comp, 0.0), compute_ms=own.where(is_comp, 0.0))
-    sums = grouped.groupby("iteration", observed=True).agg(
-        comm_ms=("comm_ms", "sum"), compute_ms=("compute_ms", "sum"), ops=("row", "count")).reset_index()
-    table = epochs[["iteration", "time_ms"]].merge(sums, on="iteration", how="outer").sort_values("iteration")
+    # a p2p batch's time is logged on each of its rows: counted once (logged_time)
+    sums = logged_time(items)
+    ops = items.groupby("iteration", sort=True).size().rename("ops").reset_index()
+    columns = ["iteration", "time_ms"] + [c for c in ("max_time_ms", "slowest_rank") if c in epochs.columns]
+    table = (epochs[columns].astype({"iteration": "int64"}).merge(sums, on="iteration", how="outer")
+             .merge(ops, on="iteration", how="left").sort_values("iteration"))
     table["ops"] = table["ops"].fillna(0).astype("Int64")
     table["iteration"] = table["iteration"].astype("Int64")
     for column in ("comm_ms", "compute_ms"):
         table[column] = table[column].fillna(0.0)
-    return table.reset_index(drop=True)
+    order = ["iteration", "time_ms", "comm_ms", "compute_ms", "ops"] + columns[2:]
+    return table.reset_index(drop=True)[order]
 
 
 # ---- the replay's end-of-run report ---------------------------------------------------------------
@@ -415,7 +422,8 @@ def report_text(log_path: str, sweep: bool = False) -> str:
 
     log = Log.load(log_path)
     if sweep:
-        comm = log.measured[log.measured["comm_type"].astype(str) != "computation"]
+        measured = log.measured
+        comm = measured[measured["comm_type"] != "computation"]
         size = int(comm["comm_group_size"].iloc[0]) if len(comm) else 1
         ctype = str(comm["comm_type"].iloc[0]) if len(comm) else "-"
         parts = [format_sweep(sweep_summary(log.items), ctype, size)]

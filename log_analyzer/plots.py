@@ -98,7 +98,7 @@ def as_sim(sim: Any) -> SimResult:
 def comm_items(log: Log) -> pd.DataFrame:
     """The communication rows of the measured iterations (every iteration when none after init)."""
     items = log.measured if len(log.measured) else log.items
-    return items[items["comm_type"].astype(str) != "computation"]
+    return items[items["comm_type"] != "computation"]
 
 
 # ---- axes helpers ------------------------------------------------------------------------------------
@@ -146,13 +146,24 @@ def _busbw_series(items: pd.DataFrame) -> list[tuple[str, str, pd.DataFrame, pd.
     busbw per size."""
     bw = items["busbw_gbps"].to_numpy(dtype=float)
     # operations without a finite, non-negative bandwidth (AICB writes inf for 0 ms) cannot be drawn
-    usable = items[(items["msg_size"].fillna(0) > 0).to_numpy() & np.isfinite(bw) & (bw >= 0)]
+    keep = (items["msg_size"].fillna(0) > 0).to_numpy() & np.isfinite(bw) & (bw >= 0)
+    usable = items[["comm_type", "comm_group", "comm_group_size", "msg_size", "busbw_gbps"]][keep]
     out = []
     for (ctype, group, gsize), part in usable.groupby(["comm_type", "comm_group", "comm_group_size"], observed=True,
                                                       dropna=False, sort=True):
         means = part.groupby("msg_size", sort=True)["busbw_gbps"].mean().reset_index()
         out.append((_series_label(str(ctype), group, gsize), str(ctype), part, means))
     return out
+
+
+MAX_POINTS = 20_000
+"""Operations drawn as points on the bandwidth plot at most (an even sample beyond; the means use them all)."""
+
+
+def _sample(part: pd.DataFrame, share: float) -> pd.DataFrame:
+    """Every k-th row of ``part`` so that about ``share`` of :data:`MAX_POINTS` remain (all when fewer)."""
+    limit = max(200, int(MAX_POINTS * share))
+    return part if len(part) <= limit else part.iloc[:: math.ceil(len(part) / limit)]
 
 
 def _nominal_lines(ax: Axes, nominal: Mapping[str, float] | float | None) -> list[float]:
@@ -165,13 +176,29 @@ def _nominal_lines(ax: Axes, nominal: Mapping[str, float] | float | None) -> lis
     return list(lines.values())
 
 
-def _y_scale(ax: Axes, values: list[float]) -> None:
-    """Log y when the values (data and reference lines) span more than two decades."""
-    positive = [v for v in values if v > 0 and math.isfinite(v)]
-    if positive and max(positive) / min(positive) > 100:
+def _log_y(values: list[float] | np.ndarray) -> bool:
+    """Whether the values (data and reference lines) span more than two decades: a log y axis."""
+    values = np.asarray(values, dtype=float)
+    positive = values[np.isfinite(values) & (values > 0)]
+    return bool(positive.size and positive.max() / positive.min() > 100)
+
+
+def _y_limits(ax: Axes, values: list[float] | np.ndarray, log: bool) -> None:
+    """A log axis spanning every positive value with a margin (nothing drawn falls off it), else 0 to the top."""
+    values = np.asarray(values, dtype=float)
+    if log:
+        positive = values[np.isfinite(values) & (values > 0)]
         ax.set_yscale("log")
+        ax.set_ylim(positive.min() / 1.6, positive.max() * 1.6)
     else:
-        ax.set_ylim(bottom=0)
+        finite = values[np.isfinite(values)]
+        ax.set_ylim(0, max(float(finite.max()) * 1.08, 1e-12) if finite.size else 1)
+
+
+def _on_axis(values: pd.Series | np.ndarray, log: bool) -> np.ndarray:
+    """Values as drawn: on a log axis a bandwidth of 0 has no place (NaN: not drawn, the line breaks)."""
+    values = np.asarray(values, dtype=float)
+    return np.where(values > 0, values, np.nan) if log else values
 
 
 # ---- logs --------------------------------------------------------------------------------------------
@@ -188,59 +215,82 @@ def busbw_vs_size(log: Log | str | os.PathLike, nominal: Mapping[str, float] | f
     if not series:
         _note(ax, "no timed communication with a size > 0 in this log")
         return fig
-    values: list[float] = []
+    total = sum(len(ops) for _, _, ops, _ in series)
+    values = np.concatenate([ops["busbw_gbps"].to_numpy(dtype=float) for _, _, ops, _ in series]
+                            + [np.asarray(list(_nominal_values(nominal)), dtype=float)])
+    log_axis = _log_y(values)
+    zero = int((values[: total] <= 0).sum()) if log_axis else 0
+    sampled = False
     for i, (label, ctype, ops, means) in enumerate(series):
         color = TYPE_COLORS.get(ctype, f"C{i % 10}")
         marker = _MARKERS[i % len(_MARKERS)]
-        ax.scatter(ops["msg_size"].astype(float), ops["busbw_gbps"], s=10, alpha=0.25, color=color, marker=marker,
-                   linewidths=0)
-        ax.plot(means["msg_size"].astype(float), means["busbw_gbps"], color=color, marker=marker, linewidth=1.6,
-                markersize=6, label=label)
-        values += [float(v) for v in ops["busbw_gbps"]]
-    values += _nominal_lines(ax, nominal)
+        shown = _sample(ops, len(ops) / total)
+        sampled |= len(shown) < len(ops)
+        ax.scatter(shown["msg_size"].astype(float), _on_axis(shown["busbw_gbps"], log_axis), s=10, alpha=0.25,
+                   color=color, marker=marker, linewidths=0)
+        ax.plot(means["msg_size"].astype(float), _on_axis(means["busbw_gbps"], log_axis), color=color, marker=marker,
+                linewidth=1.6, markersize=6, label=label)
+    _nominal_lines(ax, nominal)
     sizes = np.concatenate([s[2]["msg_size"].to_numpy(dtype=float) for s in series])
     _size_axis(ax, sizes)
-    _y_scale(ax, values)
+    _y_limits(ax, values, log_axis)
     ax.set_xlabel("message size")
-    ax.set_ylabel("bus bandwidth (GB/s)")
+    ax.set_ylabel("bus bandwidth (GB/s)" + (f"; {zero:,} operations at 0 not drawn (log axis)" if zero else ""))
     ax.grid(True, which="major", alpha=0.3)
-    ax.set_title(title or "Bus bandwidth by message size (points: operations; lines: mean per size)")
+    points = f"a sample of {MAX_POINTS:,} of {total:,} operations" if sampled else "operations"
+    ax.set_title(title or f"Bus bandwidth by message size (points: {points}; lines: mean per size)")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     return fig
+
+
+def _nominal_values(nominal: Mapping[str, float] | float | None) -> list[float]:
+    if nominal is None:
+        return []
+    return [float(nominal)] if isinstance(nominal, (int, float)) else [float(v) for v in nominal.values()]
 
 
 def iteration_times(log: Log | str | os.PathLike, title: str | None = None) -> Figure:
     """Top: each measured iteration's wall time (rank 0) in ms, the slowest rank's when the detail file
     is there, the mean and a band of one standard deviation (the jitter).  Bottom: the logged
     communication and compute time of each iteration (a p2p batch counted once) and the rest of the
-    wall time (not logged: launch gaps, Python)."""
+    wall time (not logged: launch gaps, Python).  A collective sweep's blocks are size steps, not
+    iterations: they are labelled with their message size, without a mean or jitter band."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator
+
+    from log_analyzer.summary import is_sweep, logged_time
+
     log = as_log(log)
     table = log.iterations
     measured = table[table["iteration"] >= 1] if (table["iteration"] >= 1).any() else table
+    sweep = is_sweep(log.items)
     fig, (top, bottom) = _figure(6.4, rows=2, sharex=True)
     x = measured["iteration"].to_numpy(dtype=float)
     wall = measured["time_ms"].to_numpy(dtype=float)
     wall = np.where(np.isfinite(wall), wall, np.nan)  # an unreadable wall time counts as missing
     done = ~np.isnan(wall)
-    if done.any():
+    drawn = [0.0]
+    if done.any() and not sweep:
         mean, std = float(np.mean(wall[done])), float(np.std(wall[done]))
         top.axhspan(mean - std, mean + std, color="#4c72b0", alpha=0.12, label=f"mean ± std ({std:,.3g} ms, "
                                                                                f"{std / mean * 100 if mean else 0:.1f}%)")
         top.axhline(mean, color="#4c72b0", linestyle="--", linewidth=1, label=f"mean {mean:,.4g} ms")
+        drawn.append(mean + std)
+    if done.any():
         top.plot(x[done], wall[done], marker="o", color="#4c72b0", label="wall time, rank 0")
+        drawn += wall[done].tolist()
     if "max_time_ms" in measured.columns and measured["max_time_ms"].notna().any():
-        top.plot(x, measured["max_time_ms"].to_numpy(dtype=float), marker="^", color="#c44e52", linewidth=1,
-                 label="slowest rank")
+        slowest = measured["max_time_ms"].to_numpy(dtype=float)
+        top.plot(x, slowest, marker="^", color="#c44e52", linewidth=1, label="slowest rank")
+        drawn += slowest[np.isfinite(slowest)].tolist()
     if not done.any():
         _note(top, "no iteration completed (no epoch_end row)")
     else:
-        top.set_ylim(bottom=0)
+        top.set_ylim(0, max(drawn) * 1.15 or 1.0)  # room above the highest point (one iteration included)
         top.legend(fontsize=8, loc="lower right", frameon=True)
-    top.set_ylabel("iteration time (ms)")
+    top.set_ylabel("time per size step (ms)" if sweep else "iteration time (ms)")
     top.grid(True, alpha=0.3)
-    top.set_title(title or "Iteration time")
-    from log_analyzer.summary import logged_time
-
+    top.set_title(title or ("Time per size step of the collective sweep (one step per message size)" if sweep
+                            else "Iteration time"))
     sums = measured[["iteration"]].merge(logged_time(log.items), on="iteration", how="left").fillna(0.0)
     comm = sums["comm_ms"].to_numpy(dtype=float)
     compute = sums["compute_ms"].to_numpy(dtype=float)
@@ -254,13 +304,21 @@ def iteration_times(log: Log | str | os.PathLike, title: str | None = None) -> F
             bottom.bar(x, values, width, bottom=base, color=color, label=label)
             base = base + values
     bottom.set_ylabel("time (ms)")
-    bottom.set_xlabel("iteration")
     bottom.grid(True, axis="y", alpha=0.3)
     if base.any():
         bottom.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-    from matplotlib.ticker import MaxNLocator
-
-    bottom.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if len(x):  # whole iterations with room around the first and last (a single one too)
+        bottom.set_xlim(x.min() - 0.6, x.max() + 0.6)
+    if sweep:
+        sizes = log.measured.groupby("iteration", sort=False)["msg_size"].first().to_dict()
+        step = max(1, math.ceil(len(x) / 16))
+        bottom.xaxis.set_major_locator(FixedLocator(x[::step]))
+        bottom.xaxis.set_major_formatter(FuncFormatter(lambda v, _: format_size(float(sizes.get(int(round(v)), 0)))))
+        bottom.tick_params(axis="x", labelrotation=30)
+        bottom.set_xlabel("size step (message size)")
+    else:
+        bottom.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))  # one iteration: one tick, "1"
+        bottom.set_xlabel("iteration")
     return fig
 
 
@@ -276,7 +334,9 @@ def default_iteration(log: Log) -> int:
 def _timeline_slots(rows: pd.DataFrame, elapsed: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Start (ms), vertical offset and bar height of each row: back to back in log order, except that
     the rows of one p2p batch (detail CSV's ``batch``) start together and share their lane's height."""
-    batches = rows["batch"].to_numpy(dtype=object) if "batch" in rows.columns else np.full(len(rows), None)
+    from log_analyzer.summary import p2p_batches
+
+    batches = [None if np.isnan(b) else b for b in p2p_batches(rows)]  # the detail CSV's, or found in the log
     start = np.zeros(len(rows))
     member = np.zeros(len(rows))
     size = np.ones(len(rows))
@@ -385,26 +445,140 @@ def compare_busbw(a: Log | str | os.PathLike, b: Log | str | os.PathLike, labels
         return fig
     values: list[float] = []
     sizes: list[np.ndarray] = []
+    drawn: list[tuple] = []
     for i, name in enumerate(names):
         for series, label, style in ((series_a, labels[0], "--"), (series_b, labels[1], "-")):
             for sname, ctype, _, means in series:
                 if sname != name:
                     continue
                 color = TYPE_COLORS.get(ctype, f"C{i % 10}")
-                ax.plot(means["msg_size"].astype(float), means["busbw_gbps"], style, color=color,
-                        marker=_MARKERS[i % len(_MARKERS)], markerfacecolor="white" if style == "--" else color,
-                        label=f"{label}: {name}")
+                drawn.append((style, color, i, label, name, means))
                 values += [float(v) for v in means["busbw_gbps"]]
                 sizes.append(means["msg_size"].to_numpy(dtype=float))
     values += _nominal_lines(ax, nominal)
+    log_axis = _log_y(values)
+    for style, color, i, label, name, means in drawn:
+        ax.plot(means["msg_size"].astype(float), _on_axis(means["busbw_gbps"], log_axis), style, color=color,
+                marker=_MARKERS[i % len(_MARKERS)], markerfacecolor="white" if style == "--" else color,
+                label=f"{label}: {name}")
     _size_axis(ax, np.concatenate(sizes))
-    _y_scale(ax, values)
+    _y_limits(ax, values, log_axis)
     ax.set_xlabel("message size")
     ax.set_ylabel("mean bus bandwidth (GB/s)")
     ax.grid(True, alpha=0.3)
     ax.set_title(title or f"Bus bandwidth: {labels[0]} (dashed) vs {labels[1]} (solid)")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     return fig
+
+
+# ---- message sizes and shares by type (logs and workloads) -----------------------------------------
+
+def _operations(source: Any) -> tuple[pd.DataFrame, str]:
+    """The operations of a log (measured iterations) or a workload (per training iteration) per
+    (``comm_type``, ``msg_size``): ``count`` and, for a log, ``time_ms`` (logged; a p2p batch's time once),
+    computation rows included as type ``computation``; and what the counts are.  ``source``: a
+    :class:`Log`, a workload (frame, Workload or WorkItems) or the path of either."""
+    from log_analyzer.log import Log
+    from log_analyzer.summary import batch_weights, workload_frame, workload_table
+
+    if isinstance(source, (str, os.PathLike)):
+        from log_analyzer.inputs import load_input
+
+        source = load_input(source, ("log", "workload")).data
+    if isinstance(source, Log):
+        items = source.measured if len(source.measured) else source.items
+        codes, names = pd.factorize(items["comm_type"])
+        frame = pd.DataFrame({"comm_type": codes, "msg_size": items["msg_size"].to_numpy(dtype=float, na_value=0.0),
+                              "time_ms": items["elapsed_ms"].to_numpy(dtype=float, na_value=np.nan) * batch_weights(items),
+                              "count": 1.0})
+        table = frame.groupby(["comm_type", "msg_size"], sort=True).sum().reset_index()
+        table["comm_type"] = [str(names[c]) for c in table["comm_type"]]
+        return table, "operations in the measured iterations"
+    table = workload_table(workload_frame(source))
+    table = table.groupby(["comm_type", "msg_size"], sort=True)["count_per_iteration"].sum().reset_index()
+    return table.rename(columns={"count_per_iteration": "count"}), "operations per iteration"
+
+
+def size_cdf(source: Any, title: str | None = None) -> Figure:
+    """Message sizes as cumulative distributions, one line per collective type: the share of the
+    operations (top) and of the bytes (bottom) at or below each size, log2 size axis.  ``source``: a
+    log (measured iterations) or a workload (per iteration), loaded or as a path."""
+    table, what = _operations(source)
+    comm = table[(table["comm_type"] != "computation") & (table["msg_size"] > 0) & (table["count"] > 0)]
+    fig, (top, bottom) = _figure(6.4, rows=2, sharex=True)
+    fig.suptitle(title or "Message sizes: cumulative share of operations and of bytes, per type")
+    if not len(comm):
+        _note(top, "no communication with a size > 0")
+        _note(bottom, "no communication with a size > 0")
+        return fig
+    order = {name: k for k, name in enumerate(TYPE_COLORS)}  # CommType's order, as in every plot
+    types = sorted(comm["comm_type"].unique(), key=lambda t: order.get(str(t), len(order)))
+    for i, ctype in enumerate(types):
+        part = comm[comm["comm_type"] == ctype].sort_values("msg_size")
+        sizes = part["msg_size"].to_numpy(dtype=float)
+        counts = part["count"].to_numpy(dtype=float)
+        color = TYPE_COLORS.get(str(ctype), f"C{i % 10}")
+        for ax, weights in ((top, counts), (bottom, counts * sizes)):
+            share = np.cumsum(weights) / weights.sum() * 100
+            # a step at each size: from the share below it to the share at or below it
+            ax.step(np.r_[sizes[0], sizes], np.r_[0.0, share], where="post", color=color, linewidth=1.6,
+                    label=f"{ctype} ({counts.sum():,.4g})", marker=_MARKERS[i % len(_MARKERS)], markevery=list(
+                        range(1, len(sizes) + 1)), markersize=4)
+    _size_axis(bottom, comm["msg_size"].to_numpy(dtype=float))
+    for ax, label in ((top, f"share of {what} (%)"), (bottom, "share of bytes (%)")):
+        ax.set_ylim(0, 102)
+        ax.set_ylabel(label, fontsize=9)
+        ax.grid(True, alpha=0.3)
+    bottom.set_xlabel("message size (at or below)")
+    top.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, title="type (operations)",
+               title_fontsize=8)
+    return fig
+
+
+def type_share(source: Any, title: str | None = None) -> Figure:
+    """The share of each operation type, as 100% bars: communication operations, message bytes and, for
+    a log, logged time (computation included).  ``source``: a log or a workload, loaded or as a path."""
+    table, what = _operations(source)
+    comm = table[table["comm_type"] != "computation"]
+    rows = [("operations", comm.groupby("comm_type", sort=False)["count"].sum()),
+            ("bytes", (comm["count"] * comm["msg_size"]).groupby(comm["comm_type"], sort=False).sum())]
+    if "time_ms" in table.columns:
+        rows.append(("logged time", table.groupby("comm_type", sort=False)["time_ms"].sum()))
+    fig, ax = _figure(1.3 + 0.55 * len(rows))
+    order = [t for t in TYPE_COLORS if any(t in values.index for _, values in rows)]
+    labels = []
+    for y, (name, values) in enumerate(rows):
+        total = float(values.sum())
+        left = 0.0
+        labels.append(f"{name}\n({_amount(name, total)})")
+        if total <= 0:
+            continue
+        for ctype in order:
+            share = float(values.get(ctype, 0.0)) / total * 100
+            if share <= 0:
+                continue
+            ax.barh(y, share, left=left, color=TYPE_COLORS[ctype], edgecolor="white", linewidth=0.6,
+                    label=ctype if y == 0 or ctype not in rows[0][1].index else None)
+            if share >= 6:
+                ax.text(left + share / 2, y, f"{share:.0f}%", ha="center", va="center", fontsize=8, color="white")
+            left += share
+    ax.set_yticks(range(len(rows)), labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 100)
+    ax.set_xlabel(f"share (%); {what}")
+    ax.set_title(title or "Share by operation type", fontsize=11)
+    handles, names = ax.get_legend_handles_labels()
+    unique = dict(zip(names, handles))
+    ax.legend(unique.values(), unique.keys(), loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    return fig
+
+
+def _amount(name: str, total: float) -> str:
+    if name == "bytes":
+        return format_size(total)
+    if name == "logged time":
+        return f"{total:,.4g} ms"
+    return f"{total:,.4g}"
 
 
 # ---- workloads ---------------------------------------------------------------------------------------
@@ -414,10 +588,6 @@ def workload_sizes(workload: Any, title: str | None = None) -> Figure:
     number of operations of each message size per type (bottom, log2 size axis)."""
     from log_analyzer.summary import workload_frame, workload_table
 
-    if isinstance(workload, (str, os.PathLike)):
-        from utils.workload import Workload
-
-        workload = Workload.load(workload)
     table = workload_table(workload_frame(workload))
     fig, (top, bottom) = _figure(7.0, rows=2)
     fig.suptitle(title or "What the workload sends per iteration")

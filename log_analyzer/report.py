@@ -22,6 +22,7 @@ from typing import Any
 
 import pandas as pd
 
+from log_analyzer.timeline_html import TIMELINE_CSS
 from utils.units import format_size
 
 # ---- building blocks ---------------------------------------------------------------------------------
@@ -64,6 +65,8 @@ figure { margin: 14px 0 6px; }
 figure img { max-width: 100%; height: auto; display: block; border: 1px solid var(--line); border-radius: 6px; }
 footer { margin: 40px auto 30px; border-top: 1px solid var(--line); padding-top: 10px; }
 """
+
+CSS += TIMELINE_CSS
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 """Nothing but the page's own style and data: images may load (no network, no script)."""
@@ -224,16 +227,17 @@ SHARE_TYPE_COLS = [Col("comm_type", "type", "text"), Col("count", "operations", 
 SHARE_GROUP_COLS = [Col("comm_group", "group", "text"), *SHARE_TYPE_COLS[1:]]
 
 
+SWEEP_COLS = [
+    Col("msg_size", "size", "size"), Col("msg_size_b", "size (B)", "int"), Col("count", "count", "int"),
+    Col("time_mean_us", "time mean (us)"), Col("algbw_gbps", "algbw (GB/s)"), Col("busbw_gbps", "busbw (GB/s)"),
+    Col("max_time_us", "max time, any rank (us)"), Col("slowest_rank", "slowest rank", "int"),
+]
+
+
 def iteration_rows(log: Any) -> pd.DataFrame:
     """The per-iteration table of the report: wall times (ms), the logged comm and compute time (a p2p
-    batch counted once) and what the log does not account for."""
-    from log_analyzer.summary import logged_time
-
-    table = log.iterations.drop(columns=["comm_ms", "compute_ms"])
-    sums = logged_time(log.items).rename(columns={"comm_ms": "comm_logged_ms", "compute_ms": "compute_logged_ms"})
-    table = table.merge(sums, on="iteration", how="left")
-    for column in ("comm_logged_ms", "compute_logged_ms"):
-        table[column] = table[column].fillna(0.0)
+    batch counted once, as :attr:`Log.iterations` has them) and what the log does not account for."""
+    table = log.iterations.rename(columns={"comm_ms": "comm_logged_ms", "compute_ms": "compute_logged_ms"})
     table["not_logged_ms"] = table["time_ms"] - table["comm_logged_ms"] - table["compute_logged_ms"]
     return table
 
@@ -253,84 +257,168 @@ def comm_rows(log: Any, nominal_gbps: float | None = None) -> pd.DataFrame:
     return table
 
 
-def log_sections(log: Any, nominal: Mapping[str, float] | None, image_format: str = "png",
-                 iteration: int | None = None) -> list[Section]:
-    """The sections of a replay log: overview, iteration times, timeline, time shares, bandwidth."""
-    from log_analyzer import plots
-    from log_analyzer.summary import iteration_stats, time_share
+def _pct(part: float, whole: float) -> str:
+    return f"{fmt_value(part / whole * 100 if whole else math.nan, 'pct')} %"
 
-    stats = iteration_stats(log)
-    table = iteration_rows(log)
-    measured = table[table["iteration"] >= 1]
-    notes: list[str] = []
-    if not len(log.measured):
-        notes.append("No measured iteration after init: the tables and plots show the init block.")
-    if table["time_ms"].isna().any():
-        cut = ", ".join(str(int(i)) for i in table.loc[table["time_ms"].isna(), "iteration"])
-        notes.append(f"Iteration {cut} has no epoch_end row (the run stopped in it): its wall time is unknown.")
-    if log.detail_path is None:
-        notes.append("No detail CSV beside the log: slowest and straggler ranks, p2p batches and emulation are unknown.")
-    if "emulated" in log.items.columns and log.items["emulated"].fillna(False).any():
-        notes.append("* emulated: the backend lacks this collective; it ran as an equivalent built from supported ones.")
-    single = next(iter(nominal.values())) if nominal and len(nominal) == 1 else None
-    comm = comm_rows(log, single)
-    logged = measured[["comm_logged_ms", "compute_logged_ms"]].sum().sum() if len(measured) else float("nan")
-    wall = measured["time_ms"].sum() if len(measured) else float("nan")
-    comm_ms = measured["comm_logged_ms"].sum() if len(measured) else float("nan")
-    busiest = comm.assign(total_ms=(comm["time_mean_ms"] * comm["count"]).astype(float)).nlargest(1, "total_ms")
+
+def _overview_cards(log: Any, stats: Any, measured: pd.DataFrame, comm: pd.DataFrame) -> list[tuple[str, str, str]]:
+    """The key numbers of a training log, each once: iterations, their time, where the wall time went
+    (communication, computation when the log has it, the rest), operations, the slowest rank and the
+    group that took the most communication time (a p2p batch's time once)."""
+    wall = float(measured["time_ms"].sum()) if len(measured) else math.nan
+    comm_ms = float(measured["comm_logged_ms"].sum()) if len(measured) else math.nan
+    compute_ms = float(measured["compute_logged_ms"].sum()) if len(measured) else math.nan
     cards = [
         ("iterations", f"{stats.count}", f"init {fmt_value(stats.init_ms, 'num')} ms" if stats.init_ms is not None
          else "init block not logged"),
         ("iteration time", f"{fmt_value(stats.mean_ms, 'num')} ms", f"mean; std {fmt_value(stats.std_ms, 'num')} ms, "
                                                                     f"p90 {fmt_value(stats.p90_ms, 'num')} ms"),
-        ("communication", f"{fmt_value(comm_ms / wall * 100 if wall else math.nan, 'pct')} %",
-         f"of the wall time ({fmt_value(comm_ms, 'num')} of {fmt_value(wall, 'num')} ms)"),
-        ("logged", f"{fmt_value(logged / wall * 100 if wall else math.nan, 'pct')} %",
-         "of the wall time is in logged operations"),
-        ("operations", f"{len(log.items):,}", f"{int(comm['count'].sum()):,} collectives/p2p in measured iterations"),
+        ("communication", _pct(comm_ms, wall), f"of the wall time ({fmt_value(comm_ms, 'num')} of "
+                                               f"{fmt_value(wall, 'num')} ms, logged)"),
     ]
+    if compute_ms > 0:
+        cards.append(("computation", _pct(compute_ms, wall), f"of the wall time ({fmt_value(compute_ms, 'num')} ms, "
+                                                             "logged)"))
+    cards.append(("not logged", _pct(wall - comm_ms - compute_ms, wall), "of the wall time: launch gaps, Python, "
+                                                                           "waiting"))
+    cards.append(("operations", f"{len(log.items):,}", f"{int(comm['count'].sum()):,} collectives/p2p in measured "
+                                                       "iterations"))
     if stats.slowest_rank_max_ms is not None:
         cards.append(("slowest rank", f"{fmt_value(stats.slowest_rank_max_ms, 'num')} ms", "longest iteration, any rank"))
-    if len(busiest):
+    busiest = comm.nlargest(1, "time_total_ms")
+    if len(busiest) and busiest["time_total_ms"].iloc[0] > 0:
         row = busiest.iloc[0]
         cards.append(("most comm time", f"{row.comm_type}", f"{row.comm_group or '-'}, {format_size(row.msg_size)}: "
-                                                            f"{fmt_value(row.total_ms, 'num')} ms"))
-    overview = cards_html(cards) + notes_html(notes)
+                                                            f"{fmt_value(row.time_total_ms, 'num')} ms"))
+    return cards
+
+
+def log_sections(log: Any, nominal: Mapping[str, float] | None, image_format: str = "png",
+                 iteration: int | None = None) -> list[Section]:
+    """The sections of a replay log: overview, iteration times, the zoomable timeline, time shares, message
+    sizes, bandwidth; a collective sweep's: overview, the sweep table, bandwidth."""
+    from log_analyzer.summary import is_sweep, iteration_stats
+
+    stats = iteration_stats(log)
+    table = iteration_rows(log)
+    measured = table[table["iteration"] >= 1]
+    sweep = is_sweep(log.items)
+    notes: list[str] = list(log.warnings)
+    if not len(log.measured):
+        notes.append("No measured iteration after init: the tables and plots show the init block.")
+    if table["time_ms"].isna().any():
+        cut = ", ".join(str(int(i)) for i in table.loc[table["time_ms"].isna(), "iteration"])
+        what = "Size step" if sweep else "Iteration"
+        notes.append(f"{what} {cut} has no epoch_end row (the run stopped in it): its wall time is unknown.")
+    if log.detail_path is None and not log.warnings:
+        notes.append("No detail CSV beside the log: slowest and straggler ranks, p2p batches and emulation are unknown.")
+    if "emulated" in log.items.columns and log.items["emulated"].fillna(False).any():
+        notes.append("* emulated: the backend lacks this collective; it ran as an equivalent built from supported ones.")
+    single = next(iter(nominal.values())) if nominal and len(nominal) == 1 else None
+    comm = comm_rows(log, single)
+    bandwidth = _bandwidth_section(log, nominal, comm, image_format)
+    if sweep:
+        return [Section("overview", "Overview", cards_html(_sweep_cards(log)) + notes_html(notes)),
+                _sweep_section(log, image_format), bandwidth]
+    it = _default_iteration(log) if iteration is None else iteration
     stats_frame = pd.DataFrame([{**stats.__dict__, "std_pct": stats.std_ms / stats.mean_ms * 100
                                  if stats.mean_ms else math.nan}])
-    it = plots.default_iteration(log) if iteration is None else iteration
-    items = log.measured if len(log.measured) else log.items
-    by_type, by_group = time_share(items, "comm_type"), time_share(items, "comm_group")
-    nominal_text = ", ".join(f"{k} {v:,.4g} GB/s" for k, v in (nominal or {}).items())
-    sections = [
-        Section("overview", "Overview", overview),
+    return [
+        Section("overview", "Overview", cards_html(_overview_cards(log, stats, measured, comm)) + notes_html(notes)),
         Section("iterations", "Iteration time",
                 html_table(stats_frame, _columns_ok(stats_frame, ITERATION_STATS_COLS))
-                + figure_html(plots.iteration_times(log), "Wall time per iteration (rank 0 and the slowest rank) with "
-                              "mean ± std, and the logged communication and computation of each.", image_format)
+                + _figure(log, "iteration_times", "Wall time per iteration (rank 0 and the slowest rank) with mean ± std, "
+                          "and the logged communication and computation of each.", image_format)
                 + "<h3>Per iteration</h3>" + html_table(table, _columns_ok(table, ITERATION_COLS))
                 + '<p class="note">Iteration 0 is init. Logged times sum the operations rank 0 timed (a p2p batch '
                   'counted once); "not logged" is the rest of the wall time (launch gaps, Python, waiting).</p>'),
-        Section("timeline", f"Timeline of iteration {it}",
-                figure_html(plots.timeline(log, it), f"Iteration {it} as rank 0 ran it, operation after operation, one "
-                            "lane per group (gaps between operations are not logged).", image_format)),
-        Section("share", "Where the time goes",
-                '<div class="pair"><div><h3>By operation type</h3>'
-                + html_table(by_type, SHARE_TYPE_COLS) + "</div><div><h3>By group</h3>"
-                + html_table(by_group, SHARE_GROUP_COLS) + "</div></div>"
-                + figure_html(plots.time_share(log), "Logged time of the measured iterations by type and by group.",
-                              image_format)),
-        Section("bandwidth", "Bus bandwidth by message size",
-                figure_html(plots.busbw_vs_size(log, nominal), "Bus bandwidth of every operation (points) and the mean "
-                            "per size (lines)" + (f"; reference lines: {nominal_text}" if nominal_text else "") + ".",
-                            image_format)
-                + "<h3>Per type, group and size (measured iterations)</h3>"
-                + html_table(comm, _columns_ok(comm, COMM_COLS))
-                + '<p class="note">Slowest rank: the longest time, usually the rank that arrived first and waited; '
-                  "straggler: the shortest time, the rank the others waited for (most often over the rows). "
-                  "Standard deviations are of the population (ddof 0).</p>"),
+        Section("timeline", f"Timeline of iteration {it}", _timeline(log, it)),
+        _share_section(log, image_format),
+        Section("sizes", "Message sizes",
+                _figure(log, "size_cdf", "Cumulative share of the operations (top) and of the bytes (bottom) at or below "
+                        "each message size, per type (measured iterations).", image_format)),
+        bandwidth,
     ]
-    return sections
+
+
+def _default_iteration(log: Any) -> int:
+    from log_analyzer.plots import default_iteration
+
+    return default_iteration(log)
+
+
+def _timeline(log: Any, iteration: int) -> str:
+    from log_analyzer.timeline_html import timeline_html
+
+    return timeline_html(log, iteration)
+
+
+def _figure(source: Any, name: str, caption: str, image_format: str, *args: Any) -> str:
+    """``log_analyzer.plots.<name>(source, *args)`` embedded with its caption."""
+    from log_analyzer import plots
+
+    return figure_html(getattr(plots, name)(source, *args), caption, image_format)
+
+
+def _share_section(log: Any, image_format: str) -> Section:
+    from log_analyzer.summary import time_share
+
+    items = log.measured if len(log.measured) else log.items
+    by_type, by_group = time_share(items, "comm_type"), time_share(items, "comm_group")
+    return Section("share", "Where the time goes",
+                   _figure(log, "type_share", "Share of each operation type: of the communication operations, of the "
+                           "message bytes and of the logged time (measured iterations).", image_format)
+                   + '<div class="pair"><div><h3>By operation type</h3>'
+                   + html_table(by_type, SHARE_TYPE_COLS) + "</div><div><h3>By group</h3>"
+                   + html_table(by_group, SHARE_GROUP_COLS) + "</div></div>"
+                   + _figure(log, "time_share", "Logged time of the measured iterations by type and by group.",
+                             image_format))
+
+
+def _bandwidth_section(log: Any, nominal: Mapping[str, float] | None, comm: pd.DataFrame, image_format: str) -> Section:
+    nominal_text = ", ".join(f"{k} {v:,.4g} GB/s" for k, v in (nominal or {}).items())
+    return Section("bandwidth", "Bus bandwidth by message size",
+                   _figure(log, "busbw_vs_size", "Bus bandwidth of every operation (points) and the mean per size (lines)"
+                           + (f"; reference lines: {nominal_text}" if nominal_text else "") + ".", image_format, nominal)
+                   + "<h3>Per type, group and size (measured iterations)</h3>"
+                   + html_table(comm, _columns_ok(comm, COMM_COLS))
+                   + '<p class="note">Slowest rank: the longest time, usually the rank that arrived first and waited; '
+                     "straggler: the shortest time, the rank the others waited for (most often over the rows). "
+                     "Standard deviations are of the population (ddof 0).</p>")
+
+
+def _sweep_cards(log: Any) -> list[tuple[str, str, str]]:
+    """A collective sweep's key numbers: what it swept, over which sizes, and its best bus bandwidth."""
+    from log_analyzer.summary import sweep_summary
+
+    sweep = sweep_summary(log.items)
+    measured = log.measured
+    ctype = str(measured["comm_type"].iloc[0]) if len(measured) else "-"
+    group = measured["comm_group"].iloc[0] if len(measured) else None
+    ranks = measured["comm_group_size"].iloc[0] if len(measured) else None
+    over = f"{group if isinstance(group, str) else '-'}, {int(ranks) if pd.notna(ranks) else '?'} ranks"
+    cards = [("collective sweep", ctype, over),
+             ("sizes", f"{len(sweep)}", f"{format_size(float(sweep['msg_size'].min()))} to "
+                                        f"{format_size(float(sweep['msg_size'].max()))}" if len(sweep) else "none"),
+             ("operations", f"{int(sweep['count'].sum()):,}", "timed, init excluded")]
+    if len(sweep) and sweep["busbw_gbps"].notna().any():
+        best = sweep.loc[sweep["busbw_gbps"].idxmax()]
+        cards.append(("peak busbw", f"{fmt_value(best['busbw_gbps'], 'num')} GB/s", f"at {format_size(float(best['msg_size']))}"))
+    return cards
+
+
+def _sweep_section(log: Any, image_format: str) -> Section:
+    from log_analyzer.summary import sweep_summary
+
+    sweep = sweep_summary(log.items)
+    sweep["msg_size_b"] = sweep["msg_size"]
+    return Section("sweep", "Collective sweep: time and bandwidth per message size",
+                   html_table(sweep, SWEEP_COLS)
+                   + '<p class="note">One step per message size (a sweep has no training iterations: the steps differ '
+                     "by their size, so their times are not jitter). Bandwidths are those of the mean time, as "
+                     "nccl-tests reports them.</p>"
+                   + _figure(log, "iteration_times", "Time of each size step (rank 0 and the slowest rank) and the logged "
+                             "communication of each.", image_format))
 
 
 # ---- workloads ---------------------------------------------------------------------------------------
@@ -355,8 +443,8 @@ def workload_sections(workload: Any, image_format: str = "png") -> list[Section]
     table = workload_table(frame)
     table["msg_size_b"] = table["msg_size"]
     iterations = workload_iterations(frame)
-    is_comp = frame["comm_type"].astype(str) == "computation"
-    timed = frame.loc[is_comp, "time_ns"].notna().sum()
+    is_comp = (frame["comm_type"] == "computation").to_numpy()
+    timed = frame["time_ns"].notna().to_numpy()[is_comp].sum()
     cards = [
         ("items", f"{len(frame):,}", f"{int(is_comp.sum()):,} computation ({int(timed):,} with a time)"),
         ("iterations", f"{iterations}", "after init" if (frame["iteration"] == 0).any() else "no init block"),
@@ -369,11 +457,16 @@ def workload_sections(workload: Any, image_format: str = "png") -> list[Section]
         Section("overview", "Overview", cards_html(cards) + '<p class="note">Bytes are message sizes as the workload '
                 "states them (the whole buffer of a collective); counts per iteration are means over its iterations.</p>"),
         Section("share", "By type and group",
-                '<div class="pair"><div><h3>By operation type</h3>' + html_table(by_type, WORKLOAD_SHARE_COLS)
+                figure_html(plots.type_share(frame), "Share of each operation type: of the operations and of the "
+                            "message bytes per iteration.", image_format)
+                + '<div class="pair"><div><h3>By operation type</h3>' + html_table(by_type, WORKLOAD_SHARE_COLS)
                 + "</div><div><h3>By group</h3>" + html_table(by_group, WORKLOAD_GROUP_COLS) + "</div></div>"
-                + figure_html(plots.workload_sizes(workload), "Bytes per iteration by group and type, and operations "
+                + figure_html(plots.workload_sizes(frame), "Bytes per iteration by group and type, and operations "
                               "per iteration by message size.", image_format)),
-        Section("sizes", "By type, group and size", html_table(table, WORKLOAD_COLS)),
+        Section("sizes", "By type, group and size",
+                figure_html(plots.size_cdf(frame), "Cumulative share of the operations (top) and of the bytes (bottom) "
+                            "at or below each message size, per type (per iteration).", image_format)
+                + html_table(table, WORKLOAD_COLS)),
     ]
 
 

@@ -20,6 +20,8 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from simulator.plot import TERMS as BREAKDOWN
 from simulator.result import TERMS
 from utils.errors import FormatError
@@ -62,6 +64,30 @@ def _float(text: str) -> float:
     return float(value)
 
 
+def _time(text: str) -> float:
+    """A time (or any amount that cannot be negative): a non-negative finite number; ValueError otherwise."""
+    value = _float(text)
+    if not 0.0 <= value < math.inf:
+        raise ValueError(text)
+    return value
+
+
+def _rate(text: str) -> float:
+    """A bandwidth: non-negative, or ``-nan`` / ``inf`` as SimAI prints them for a zero time; ValueError otherwise."""
+    value = _float(text)
+    if value < 0:
+        raise ValueError(text)
+    return value
+
+
+_TIMES_EXPECTED = "a non-negative finite number"
+_LAYER_FIELDS = ("fwd compute", "wg compute", "ig compute", "fwd exposed comm", "wg exposed comm", "ig exposed comm",
+                 "fwd total comm", "fwd algbw", "fwd busbw", "wg total comm", "wg algbw", "wg busbw", "ig total comm",
+                 "ig algbw", "ig busbw")
+"""EndToEnd.csv's layer values after the name and the run (SimAI repeats ``algbw,busbw`` after each phase)."""
+_MAX_INT = 2**63 - 1
+
+
 def result_prefix(path: str | os.PathLike) -> tuple[str, str] | None:
     """``(prefix, suffix)`` of a simulator result file name, or None for another name."""
     name = os.fspath(path)
@@ -98,9 +124,10 @@ def read_end_to_end(path: str) -> tuple[dict[str, float], pd.DataFrame]:
             continue
         match = _VALUE_RE.match(cell)
         try:
-            terms[name] = _float(match.group(1)) if match else _float(cell)
+            terms[name] = _time(match.group(1)) if match else _time(cell)
         except ValueError:
-            raise FormatError(path, f"expected 'microseconds (share%)', got {cell!r}", line=2, field=label) from None
+            raise FormatError(path, f"expected 'microseconds (share%)' with {_TIMES_EXPECTED} of microseconds, got "
+                                    f"{cell!r}", line=2, field=label) from None
     missing = [label for name, label in TERM_LABELS if name not in terms]
     if missing:
         raise FormatError(path, f"header lacks term(s) {', '.join(missing)}", line=1)
@@ -113,11 +140,15 @@ def read_end_to_end(path: str) -> tuple[dict[str, float], pd.DataFrame]:
             parts.pop()  # SimAI ends some rows with a comma
         if len(parts) < 17:
             raise FormatError(path, f"expected 17 comma-separated layer fields, got {len(parts)}", line=number)
-        try:
-            v = [_float(c) for c in parts[2:17]]
-        except ValueError as exc:
-            raise FormatError(path, f"non-numeric layer field: {exc}", line=number) from None
         # columns: fwd/wg/ig compute, fwd/wg/ig exposed, then fwd/wg/ig total comm with algbw, busbw after each
+        v = []
+        for k, cell in enumerate(parts[2:17]):
+            rate = k in (7, 8, 10, 11, 13, 14)
+            try:
+                v.append(_rate(cell) if rate else _time(cell))
+            except ValueError:
+                what = "a non-negative bandwidth (or -nan / inf)" if rate else f"{_TIMES_EXPECTED} of microseconds"
+                raise FormatError(path, f"expected {what}, got {cell!r}", line=number, field=_LAYER_FIELDS[k]) from None
         rows.append({"stage": pd.NA, "layer": parts[0], "fwd_compute_us": v[0], "bwd_compute_us": v[1] + v[2],
                      "comm_us": v[6] + v[9] + v[12], "exposed_comm_us": v[3] + v[4] + v[5]})
     return terms, _layer_frame(rows)
@@ -145,13 +176,27 @@ def _read_table(path: str, required: tuple[str, ...], what: str) -> pd.DataFrame
     missing = [c for c in required if c not in frame.columns]
     if missing:
         raise FormatError(path, f"header lacks column(s) {', '.join(missing)} (expected {what})", line=1)
-    numeric = [c for c in required if c.endswith(("_us", "_bytes", "_gibps", "_gbps")) or c in ("stage", "count")]
-    for column in numeric:
+    for column in required:
+        kind = ("int" if column in ("stage", "count", "group_size") or column.endswith("_bytes") else
+                "rate" if column.endswith(("_gibps", "_gbps")) else "time" if column.endswith("_us") else None)
+        if kind is None:
+            continue
         converted = pd.to_numeric(frame[column], errors="coerce")
-        bad = converted.isna() & frame[column].notna()
+        values = converted.to_numpy(dtype=float)
+        with np.errstate(invalid="ignore"):
+            if kind == "rate":  # a zero time gives an infinite or undefined bandwidth
+                bad = values < 0
+            elif kind == "time":
+                bad = ~(np.isfinite(values) & (values >= 0))
+            else:  # counts, stages, sizes: whole numbers that an int64 holds
+                bad = ~(np.isfinite(values) & (values >= 0) & (values <= _MAX_INT) & (values == np.floor(values)))
+        bad |= converted.isna().to_numpy() & frame[column].notna().to_numpy()
+        if kind != "rate":
+            bad |= frame[column].isna().to_numpy()
         if bad.any():
-            line = int(bad.to_numpy().nonzero()[0][0]) + 2
-            raise FormatError(path, f"expected a number, got {frame[column][bad].iloc[0]!r}", line=line, field=column)
+            index = int(np.flatnonzero(bad)[0])
+            what = {"int": "a non-negative integer", "rate": "a non-negative bandwidth", "time": _TIMES_EXPECTED}[kind]
+            raise FormatError(path, f"expected {what}, got {frame[column].iloc[index]!r}", line=index + 2, field=column)
         frame[column] = converted
     return frame
 

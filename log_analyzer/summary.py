@@ -65,7 +65,7 @@ def iteration_stats(log_or_times: HasIterations | pd.Series | list[float], init_
 
 
 SUMMARY_COLUMNS = ["comm_type", "comm_group", "msg_size", "count", "time_mean_ms", "time_std_ms", "busbw_mean_gbps",
-                   "busbw_std_gbps", "max_time_ms", "slowest_rank", "straggler_rank", "emulated"]
+                   "busbw_std_gbps", "max_time_ms", "slowest_rank", "straggler_rank", "emulated", "time_total_ms"]
 
 
 def comm_summary(items: pd.DataFrame) -> pd.DataFrame:
@@ -73,8 +73,13 @@ def comm_summary(items: pd.DataFrame) -> pd.DataFrame:
     the longest time any rank took (``max_time_ms``, from the detail CSV, else rank 0's), the rank
     that was slowest most often (``slowest_rank``) and the rank the others waited for most often
     (``straggler_rank``: the shortest time, it arrived last); the ranks are NA without the detail
-    CSV.  Computation rows are left out."""
-    comm = items[items["comm_type"].astype(str) != "computation"]
+    CSV; ``time_total_ms``: the logged time of the rows, a p2p batch's time shared by its rows
+    (:func:`batch_weights`, so that the totals add up to the logged time).  Computation rows are left out."""
+    needed = [c for c in ("comm_type", "comm_group", "msg_size", "elapsed_ms", "busbw_gbps", "slowest_rank",
+                          "max_elapsed_ms", "last_arrival_rank", "emulated") if c in items.columns]
+    is_comm = (items["comm_type"] != "computation").to_numpy()
+    comm = items[needed][is_comm]  # the columns used, then the rows: one small copy
+    comm = comm.assign(own_ms=comm["elapsed_ms"].to_numpy(dtype=float) * batch_weights(items)[is_comm])
     rows = []
     for (ctype, group, size), part in comm.groupby(["comm_type", "comm_group", "msg_size"], observed=True, dropna=False,
                                                    sort=True):
@@ -94,11 +99,36 @@ def comm_summary(items: pd.DataFrame) -> pd.DataFrame:
             "busbw_mean_gbps": float(np.nanmean(busbw)) if np.isfinite(busbw).any() else float("nan"),
             "busbw_std_gbps": float(np.nanstd(busbw)) if np.isfinite(busbw).any() else float("nan"),
             "max_time_ms": max_time, "slowest_rank": slowest, "straggler_rank": straggler, "emulated": emulated,
+            "time_total_ms": float(np.nansum(part["own_ms"].to_numpy(dtype=float))),
         })
     frame = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
     for column in ("slowest_rank", "straggler_rank"):
         frame[column] = frame[column].astype("Int64")
+    for column in ("count", "msg_size"):
+        frame[column] = frame[column].astype("int64")
+    for column in ("time_mean_ms", "time_std_ms", "busbw_mean_gbps", "busbw_std_gbps", "max_time_ms", "time_total_ms"):
+        frame[column] = frame[column].astype("float64")  # also when there is no row
     return frame
+
+
+def is_sweep(items: pd.DataFrame) -> bool:
+    """Whether a log is a collective sweep (``--frame collective_test``): its measured blocks are one
+    collective of one message size each, sizes differing between blocks (or its stage is the sweep's
+    ``test_step``), and no computation.  A sweep's blocks are size steps, not training iterations: their
+    times differ because the sizes do (no jitter to speak of)."""
+    iteration = items["iteration"].to_numpy()
+    measured = iteration >= 1
+    if not measured.any() or (items["comm_type"] == "computation").any():
+        return False
+    # three numbers per row, not a copy of the table
+    blocks = pd.DataFrame({"iteration": iteration[measured], "type": pd.factorize(items["comm_type"])[0][measured],
+                           "size": items["msg_size"].to_numpy(dtype=float, na_value=-1.0)[measured]})
+    per_block = blocks.groupby("iteration", sort=False).agg(types=("type", "nunique"), sizes=("size", "nunique"),
+                                                           size=("size", "first"))
+    if not ((per_block["types"] == 1) & (per_block["sizes"] == 1)).all():
+        return False
+    stages = set(pd.unique(items["stage"].to_numpy()[measured]).astype(str))
+    return per_block["size"].nunique() > 1 or stages == {"test_step"}
 
 
 SWEEP_COLUMNS = ["msg_size", "count", "time_mean_us", "algbw_gbps", "busbw_gbps", "max_time_us", "slowest_rank"]
@@ -108,7 +138,7 @@ def sweep_summary(items: pd.DataFrame) -> pd.DataFrame:
     """The collective sweep table (``--frame collective_test``), one row per message size: mean time
     (us, rank 0), algbw and busbw of the mean time (GB/s, as nccl-tests reports them), and the
     slowest rank's longest time (us) when the detail CSV is there."""
-    comm = items[(items["comm_type"].astype(str) != "computation") & (items["iteration"] >= 1)]
+    comm = items[(items["comm_type"] != "computation") & (items["iteration"] >= 1)]
     rows = []
     for size, part in comm.groupby("msg_size", sort=True):
         mean_ms = float(part["elapsed_ms"].mean())
@@ -183,54 +213,96 @@ def format_sweep(sweep: pd.DataFrame, comm_type: str, group_size: int) -> str:
 SHARE_COLUMNS = ["count", "bytes", "time_ms", "share_pct"]
 
 
+def p2p_batches(items: pd.DataFrame) -> np.ndarray:
+    """The p2p batch of each row (NaN outside one): the detail CSV's ``batch`` when the log has it;
+    without the detail file, the batches as the replay forms them (``replay/plan.py``), seen in the
+    log: consecutive isend/irecv rows of one iteration and stage, no direction (``additional``)
+    twice, with the same logged time (the replay logs the batch's time on each of its rows)."""
+    if "batch" in items.columns and items["batch"].notna().any():
+        return items["batch"].to_numpy(dtype=float, na_value=np.nan)
+    batches = np.full(len(items), np.nan)
+    p2p = np.flatnonzero(items["comm_type"].isin(["isend", "irecv"]).to_numpy())
+    if not p2p.size:
+        return batches
+    rows = items.iloc[p2p]
+    iteration = rows["iteration"].to_numpy()
+    stage = rows["stage"].astype(str).to_numpy()
+    direction = rows["additional"].astype(str).to_numpy()
+    elapsed = rows["elapsed_ms"].to_numpy(dtype=float)
+    batch, seen = 0, set()
+    for k in range(len(p2p)):
+        follows = (k > 0 and p2p[k] == p2p[k - 1] + 1 and iteration[k] == iteration[k - 1] and stage[k] == stage[k - 1]
+                   and elapsed[k] == elapsed[k - 1] and direction[k] not in seen)
+        if not follows:
+            batch, seen = batch + 1, set()
+        seen.add(direction[k])
+        batches[p2p[k]] = batch
+    return batches
+
+
 def batch_weights(items: pd.DataFrame) -> np.ndarray:
     """Per row, the share of its ``elapsed_ms`` that is its own: ``1/k`` for the k rows of one p2p
     batch (the replay runs a batch's isend/irecv together and logs the batch's time on each; the detail
-    CSV's ``batch`` says which rows), 1 otherwise.  ``sum(elapsed_ms * weight)`` counts a batch once."""
+    CSV's ``batch`` says which rows, else :func:`p2p_batches` finds them), 1 otherwise.
+    ``sum(elapsed_ms * weight)`` counts a batch once."""
     weights = np.ones(len(items))
-    if "batch" not in items.columns or not items["batch"].notna().any():
-        return weights
-    batch = items["batch"]
-    sizes = batch.map(batch.value_counts()).to_numpy(dtype=float)
-    known = batch.notna().to_numpy()
-    weights[known] = 1.0 / sizes[known]
+    batch = p2p_batches(items)
+    known = ~np.isnan(batch)
+    if known.any():
+        values, inverse, counts = np.unique(batch[known], return_inverse=True, return_counts=True)
+        weights[known] = 1.0 / counts[inverse]
     return weights
 
 
 def logged_time(items: pd.DataFrame) -> pd.DataFrame:
     """Per iteration, the logged communication and computation time in ms with each p2p batch counted
     once (:func:`batch_weights`): ``iteration``, ``comm_ms``, ``compute_ms``."""
-    is_comp = (items["comm_type"].astype(str) == "computation").to_numpy()
+    is_comp = (items["comm_type"] == "computation").to_numpy()
     own = items["elapsed_ms"].fillna(0.0).to_numpy(dtype=float) * batch_weights(items)
     frame = pd.DataFrame({"iteration": items["iteration"].to_numpy(), "comm_ms": np.where(is_comp, 0.0, own),
                           "compute_ms": np.where(is_comp, own, 0.0)})
     return frame.groupby("iteration", sort=True).sum().reset_index()
 
 
-def _share_key(items: pd.DataFrame, by: str) -> pd.Series:
-    """``by`` of every row, with computation rows named ``computation`` and missing groups ``none``."""
-    is_comp = items["comm_type"].astype(str) == "computation"
-    key = items[by].astype("string").fillna("none")
-    return key.mask(is_comp, "computation")
+def _share_key(items: pd.DataFrame, by: str) -> tuple[np.ndarray, list[str]]:
+    """(code of every row, names) of ``by``, computation rows named ``computation`` and missing groups
+    ``none``; codes number the names in order of first appearance."""
+    codes, uniques = pd.factorize(items[by])  # a categorical's codes: no string per row
+    names = [str(u) for u in uniques] + ["none", "computation"]
+    codes = np.where(codes < 0, len(names) - 2, codes)
+    codes[(items["comm_type"] == "computation").to_numpy()] = len(names) - 1
+    return codes, names
 
 
 def time_share(items: pd.DataFrame, by: str = "comm_type") -> pd.DataFrame:
     """Logged time per ``comm_type`` or ``comm_group`` (computation rows as ``computation``): ``count``,
     ``bytes`` (message bytes; NaN for computation), ``time_ms`` (sum of the rows' times, a p2p batch's
     time shared evenly by its rows: :func:`batch_weights`) and ``share_pct`` of the logged total;
-    most time first."""
+    most time first (ties in order of first appearance)."""
     if by not in ("comm_type", "comm_group"):
         raise ValueError(f"by must be comm_type or comm_group, got {by!r}")
-    key = _share_key(items, by)
-    sizes = items["msg_size"].fillna(0).astype("int64").where(key != "computation", 0)
-    frame = pd.DataFrame({by: key, "bytes": sizes, "time_ms": items["elapsed_ms"].astype(float) * batch_weights(items)})
-    table = frame.groupby(by, sort=False).agg(count=("time_ms", "size"), bytes=("bytes", "sum"),
-                                              time_ms=("time_ms", "sum")).reset_index()
+    codes, names = _share_key(items, by)
+    k = len(names)
+    sizes = items["msg_size"].to_numpy(dtype=float, na_value=0.0)
+    times = items["elapsed_ms"].to_numpy(dtype=float, na_value=np.nan) * batch_weights(items)
+    count = np.bincount(codes, minlength=k)
+    first = np.full(k, len(codes))
+    np.minimum.at(first, codes, np.arange(len(codes)))
+    table = pd.DataFrame({by: names, "count": count, "bytes": np.bincount(codes, weights=sizes, minlength=k),
+                          "time_ms": _sums(codes, times, k), "first": first})
+    table = table[table["count"] > 0]
     total = float(table["time_ms"].sum())
     table["share_pct"] = table["time_ms"] / total * 100 if total > 0 else float("nan")
-    table[by] = table[by].astype(str)
-    table["bytes"] = table["bytes"].astype("float64").mask(table[by] == "computation")  # computation moves no message
-    return table.sort_values("time_ms", ascending=False, kind="stable").reset_index(drop=True)[[by, *SHARE_COLUMNS]]
+    table["bytes"] = table["bytes"].mask(table[by] == "computation")  # computation moves no message
+    table = table.sort_values(["time_ms", "first"], ascending=[False, True], kind="stable")
+    return table.reset_index(drop=True)[[by, *SHARE_COLUMNS]]
+
+
+def _sums(codes: np.ndarray, values: np.ndarray, k: int) -> np.ndarray:
+    """Per code, the sum of ``values`` with NaN left out (0 for a code whose values are all NaN), as
+    pandas' groupby ``sum`` gives it."""
+    known = ~np.isnan(values)
+    return np.bincount(codes[known], weights=values[known], minlength=k)
 
 
 WORKLOAD_COLUMNS = ["comm_type", "comm_group", "comm_group_size", "msg_size", "count_init", "count_per_iteration",
@@ -238,13 +310,21 @@ WORKLOAD_COLUMNS = ["comm_type", "comm_group", "comm_group_size", "msg_size", "c
 
 
 def workload_frame(items) -> pd.DataFrame:
-    """A workload's items (or a list of WorkItems) as a table like :attr:`Log.items`, with ``iteration``
-    (0 is init when the workload has ``epoch_end`` markers; a workload without them is one iteration,
-    numbered 1) and ``time_ns`` (computation times where known) instead of the log's ``elapsed_ms``."""
-    from log_analyzer.frames import _items_frame
+    """A workload as a table like :attr:`Log.items`, with ``iteration`` (0 is init when the workload has
+    ``epoch_end`` markers; a workload without them is one iteration, numbered 1) and ``time_ns``
+    (computation times where known) instead of the log's ``elapsed_ms``.  ``items``: a workload CSV's
+    path (read in chunks, :func:`log_analyzer.frames.read_items`), a Workload or WorkItems, or a frame
+    this function made (returned as it is)."""
+    import os
 
-    items = list(items)
-    frame, epochs = _items_frame(items)
+    from log_analyzer.frames import _items_frame, read_items
+
+    if isinstance(items, pd.DataFrame):
+        return items
+    if isinstance(items, (str, os.PathLike)):
+        frame, epochs = read_items(items, "an AICB workload CSV")
+    else:
+        frame, epochs = _items_frame(list(items))
     frame = frame.rename(columns={"elapsed_ms": "time_ns"}).drop(columns=["algbw_gbps", "busbw_gbps"])
     if not len(epochs):
         frame["iteration"] = frame["iteration"] + 1  # no markers: the whole file is one iteration, no init
@@ -261,7 +341,8 @@ def workload_table(frame: pd.DataFrame) -> pd.DataFrame:
     init (``count_init``) and per training iteration (``count_per_iteration``, the mean over its
     iterations), and bytes per iteration (message bytes, as the CSV counts them).  Computation and
     epoch markers are left out."""
-    comm = frame[frame["comm_type"].astype(str) != "computation"]
+    columns = ["comm_type", "comm_group", "comm_group_size", "msg_size", "iteration"]
+    comm = frame[columns][(frame["comm_type"] != "computation").to_numpy()]  # the columns used, then the rows
     iterations = workload_iterations(frame)
     rows = []
     for (ctype, group, gsize, size), part in comm.groupby(["comm_type", "comm_group", "comm_group_size", "msg_size"],

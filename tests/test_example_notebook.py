@@ -70,8 +70,15 @@ def test_the_notebook_runs_on_its_demo_inputs(tmp_path, monkeypatch):
     monkeypatch.setenv("AICB_ANALYSIS_OUT", str(out))
     notebook = json.loads(NOTEBOOK.read_text(encoding="utf-8"))
     namespace: dict = {"__name__": "__main__"}
+    shown = 0
     for index, cell in enumerate(c for c in notebook["cells"] if c["cell_type"] == "code"):
         exec(compile("".join(cell["source"]), f"analysis.ipynb code cell {index}", "exec"), namespace)
+        if cell["source"][-1].strip() == "fig":
+            # Jupyter shows a cell's value through its _repr_png_ (issue 21: figures made without pyplot printed
+            # "<Figure size ...>" unless the user ran %matplotlib inline)
+            assert namespace["fig"]._repr_png_().startswith(b"\x89PNG\r\n\x1a\n"), index
+            shown += 1
+    assert shown >= 8
     for name in ("busbw_vs_size.png", "timeline.png", "time_share.png", "workload_sizes.png", "sim_breakdown.png",
                  "sim_layers.png"):
         assert (out / name).read_bytes().startswith(b"\x89PNG\r\n\x1a\n"), name

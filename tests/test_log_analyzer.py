@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from log_analyzer import Log, LogWriter, Workload, comm_summary, iteration_stats, sweep_summary, write_detail
-from log_analyzer.log import DETAIL_COLUMNS, detail_path
+from log_analyzer.log import DETAIL_COLUMNS, DetailWarning, detail_path
 from log_analyzer.summary import format_comm_summary, format_iteration_stats, format_sweep
 from tests.conftest import ROOT
 from utils.errors import FormatError
@@ -161,8 +161,11 @@ def test_bad_logs_name_the_file_and_line(tmp_path):
         Log.load(tmp_path / "missing_log.csv")
     write_log(tmp_path / "y_log.csv", [[(AR, 1.0)]], [2.0])
     (tmp_path / "y_detail.csv").write_text("row,iteration\n0,0\n")
-    with pytest.raises(FormatError, match="y_detail.csv: header lacks column"):
-        Log.load(tmp_path / "y_log.csv")
+    # a detail file found beside the log is left out with a warning; one the caller names is an error
+    with pytest.warns(DetailWarning, match="y_detail.csv:1: header lacks column"):
+        assert Log.load(tmp_path / "y_log.csv").detail_path is None
+    with pytest.raises(FormatError, match="y_detail.csv:1: header lacks column"):
+        Log.load(tmp_path / "y_log.csv", detail=tmp_path / "y_detail.csv")
 
 
 def test_log_analyzer_needs_no_torch():

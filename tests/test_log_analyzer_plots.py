@@ -192,11 +192,18 @@ def test_timeline_places_a_p2p_batch_side_by_side(small_log):
     fig = plots.timeline(log, iteration=1)
     assert fig.axes[0].get_xlim() == (0.0, 12.0)
     assert "12 ms logged, 14 ms wall, 6 operations" in fig.axes[0].get_title()
-    # without the detail file the batch is unknown: back to back
+    # without the detail file the batch is found in the log as the replay forms it (isend then irecv of one
+    # stage, two directions, the batch's 4 ms on both rows): side by side all the same
     no_detail = Log.load(write_small_log(small_log.replace("small_log", "plain_log"), detail=False))
     rows = no_detail.items[no_detail.items["iteration"] == 1]
     start, _, _ = plots._timeline_slots(rows, rows["elapsed_ms"].to_numpy())
-    assert list(start) == [0.0, 1.0, 3.0, 5.0, 9.0, 13.0]
+    assert list(start) == [0.0, 1.0, 3.0, 5.0, 5.0, 9.0]
+    # rows that cannot be one batch (the irecv took 3 ms, not the isend's 4) run back to back
+    apart = [row if row[0] is not RECV else (RECV, 3.0, None) for row in SMALL_LOG]
+    rows = Log.load(write_small_log(small_log.replace("small_log", "apart_log"), apart, detail=False)).items
+    rows = rows[rows["iteration"] == 1]
+    start, _, _ = plots._timeline_slots(rows, rows["elapsed_ms"].to_numpy())
+    assert list(start) == [0.0, 1.0, 3.0, 5.0, 9.0, 12.0]
 
 
 def test_nominal_lines_and_log_scale(small_log):
@@ -214,3 +221,132 @@ def test_sim_breakdown_bars_add_up_to_the_total(tmp_path):
     widths = sum(patch.get_width() for patch in fig.axes[0].patches)
     assert math.isclose(widths, 1.0)      # 500 + 100 + 200 + 50 + 150 us = 1 ms
     assert fig.axes[0].get_title() == "simulation: iteration 1 ms"
+
+
+# ---- issue 21: analysis defects and what AICB's visualizer had -----------------------------------------
+
+def sweep_log(path) -> str:
+    """A collective sweep (``--frame collective_test``) over 4 ranks: an init barrier, then 1 MiB all-reduces in
+    1 and 3 ms and 2 MiB ones in 2 and 2 ms, one block per size (busbw = algbw x 2*3/4)."""
+    ar = WorkItem(CommType.all_reduce, CommGroup.dp_group, 4, MIB, "test_step")
+    ar2 = WorkItem(CommType.all_reduce, CommGroup.dp_group, 4, 2 * MIB, "test_step")
+    barrier = WorkItem(CommType.barrier, CommGroup.all_nodes, 4, 0, "init.barrier")
+    with LogWriter(path) as log:
+        log.write(barrier, 0.5, 0.0, 0.0)
+        log.write_epoch_end(1.0)
+        for item, times in ((ar, (1.0, 3.0)), (ar2, (2.0, 2.0))):
+            for ms in times:
+                algbw = item.msg_size / (ms * 1e-3) / 1e9
+                log.write(item, ms, algbw, algbw * 1.5)
+            log.write_epoch_end(sum(times) + 0.5)
+    return str(path)
+
+
+def test_iterations_count_a_p2p_batch_once(small_log):
+    # the isend and irecv of a batch both log its 4 ms: iteration 1 is AR 1 + 2 + 3 and the batch 4 = 10 ms of
+    # communication (not 14), iteration 2 AG 0.5 + batch 4 = 4.5 (not 8.5); with the detail file and without it
+    log = Log.load(small_log)
+    assert list(log.iterations["comm_ms"]) == [5.0, 10.0, 4.5] and list(log.iterations["compute_ms"]) == [0.0, 2.0, 2.0]
+    plain = Log.load(write_small_log(small_log.replace("small_log", "plain_log"), detail=False))
+    assert list(plain.iterations["comm_ms"]) == [5.0, 10.0, 4.5]
+    # every logged millisecond sits inside its iteration's wall time (14 and 10 ms)
+    assert (log.iterations["comm_ms"] + log.iterations["compute_ms"] <= log.iterations["time_ms"]).all()
+
+
+def test_one_iteration_is_drawn_whole(tmp_path):
+    path = write_small_log(tmp_path / "one_log.csv", SMALL_LOG[:9], detail=False)   # init and iteration 1 (14 ms)
+    fig = plots.iteration_times(path)
+    top, bottom = fig.axes[:2]
+    is_png(plots.render(fig))
+    low, high = bottom.get_xlim()
+    shown = [t for t in bottom.get_xticks() if low <= t <= high]
+    assert shown == [1.0] and low <= 0.5 and high >= 1.5     # one whole iteration, labelled 1 (not 0.72 ... 1.28)
+    assert [t.get_text() for t in bottom.get_xticklabels() if low <= t.get_position()[0] <= high] == ["1"]
+    assert top.get_ylim()[1] >= 14.0 * 1.1   # the 14 ms point well inside the axes, not on their edge
+
+
+def test_busbw_lines_stay_on_a_log_axis(tmp_path):
+    # a 1 KiB all-reduce whose busbw was logged as 0 (AICB rounds tiny bandwidths to 0.00) beside 1 MiB ones at
+    # 1 GB/s and a 360 GB/s reference: a log axis, on which 0 has no place
+    small = WorkItem(CommType.all_reduce, CommGroup.dp_group, 8, 1024, "x")
+    path = tmp_path / "z_log.csv"
+    with LogWriter(path) as log:
+        log.write(small, 0.5, 0.0, 0.0)
+        log.write(AR, 1.0, 1.0, 1.0)
+        log.write(AR, 2.0, 0.5, 0.5)
+        log.write_epoch_end(4.0)
+    for fig in (plots.busbw_vs_size(path, nominal={"NVLink": 360.0}),
+                plots.compare_busbw(path, path, nominal={"NVLink": 360.0})):
+        ax = fig.axes[0]
+        low, high = ax.get_ylim()
+        assert ax.get_yscale() == "log"
+        for line in ax.get_lines():
+            y = np.asarray(line.get_ydata(), dtype=float)
+            assert ((y >= low) & (y <= high))[np.isfinite(y)].all(), (line.get_label(), y, (low, high))
+    ax = plots.busbw_vs_size(path, nominal={"NVLink": 360.0}).axes[0]
+    assert "1 operations at 0 not drawn (log axis)" in ax.get_ylabel()
+
+
+def test_many_operations_are_drawn_as_a_sample(tmp_path, monkeypatch):
+    monkeypatch.setattr(plots, "MAX_POINTS", 300)
+    rows = [(AR, 1.0 + (i % 7) / 10, None) for i in range(1000)] + [(EPOCH, 2000.0, None)]
+    fig = plots.busbw_vs_size(write_small_log(tmp_path / "big_log.csv", rows, detail=False))
+    points = sum(len(c.get_offsets()) for c in fig.axes[0].collections)
+    assert points <= 300 and "a sample of 300 of 1,000 operations" in fig.axes[0].get_title()
+
+
+def test_every_figure_shows_in_a_notebook(small_log, tmp_path):
+    # built without pyplot, a figure needs its own _repr_png_ for Jupyter to draw it (else: <Figure size ...>)
+    figures = [plots.busbw_vs_size(small_log), plots.iteration_times(small_log), plots.timeline(small_log),
+               plots.time_share(small_log), plots.type_share(small_log), plots.size_cdf(small_log),
+               plots.workload_sizes(small_workload(tmp_path / "w.csv")),
+               plots.sim_breakdown(end_to_end(tmp_path / "run-EndToEnd.csv"))]
+    for fig in figures:
+        is_png(fig._repr_png_())
+
+
+def test_size_cdf_by_hand(tmp_path):
+    # three 1 KiB all-reduces and one of 1 MiB: 75% of the operations are 1 KiB or less, but only
+    # 3072 / (3072 + 1048576) = 0.292% of the bytes; the all-gather's one size holds 100% of both
+    small = WorkItem(CommType.all_reduce, CommGroup.dp_group, 8, 1024, "x")
+    rows = [(AR, 5.0, None), (EPOCH, 6.0, None), (small, 1.0, None), (small, 1.0, None), (small, 1.0, None),
+            (AR, 2.0, None), (AG, 1.0, None), (EPOCH, 8.0, None)]
+    fig = plots.size_cdf(write_small_log(tmp_path / "c_log.csv", rows, detail=False))
+    top, bottom = fig.axes[:2]
+    ops = {line.get_label(): line for line in top.get_lines()}
+    assert list(ops) == ["all_reduce (4)", "all_gather (1)"]
+    assert list(ops["all_reduce (4)"].get_xdata()) == [1024, 1024, MIB] and np.allclose(
+        ops["all_reduce (4)"].get_ydata(), [0, 75, 100])
+    assert np.allclose(bottom.get_lines()[0].get_ydata(), [0, 3072 / (3072 + MIB) * 100, 100])
+    assert np.allclose(ops["all_gather (1)"].get_ydata(), [0, 100])
+    # the workload of the same sizes per iteration gives the same lines
+    workload = tmp_path / "c_workload.csv"
+    Workload(items=[item for item, _, _ in rows]).dump(workload)
+    again = plots.size_cdf(str(workload)).axes[0].get_lines()[0]
+    assert np.allclose(again.get_ydata(), [0, 75, 100])
+
+
+def test_type_share_by_hand(small_log):
+    # measured iterations: operations AR 3, isend 2, irecv 2, AG 1 (of 8); bytes AR 3 MiB, isend and irecv
+    # 2 x 64 KiB each, AG 4 MiB (7.25 MiB); logged time AR 6, GEMM 4, isend 4, irecv 4, AG 0.5 ms (18.5 ms: a
+    # batch's 4 ms halved per row)
+    fig = plots.type_share(small_log)
+    ax = fig.axes[0]
+    bars = {}
+    for patch in ax.patches:
+        bars.setdefault(round(patch.get_y() + patch.get_height() / 2), []).append(patch.get_width())
+    assert np.allclose(bars[0], [3 / 8 * 100, 1 / 8 * 100, 2 / 8 * 100, 2 / 8 * 100])  # all_reduce, all_gather, isend, irecv
+    total = 3 * MIB + 4 * MIB + 4 * 64 * 1024
+    assert np.allclose(bars[1], [3 * MIB / total * 100, 4 * MIB / total * 100, 128 * 1024 / total * 100,
+                                 128 * 1024 / total * 100])
+    assert np.allclose(bars[2], [6 / 18.5 * 100, 0.5 / 18.5 * 100, 4 / 18.5 * 100, 4 / 18.5 * 100, 4 / 18.5 * 100])
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["operations\n(8)", "bytes\n(7.25 MiB)", "logged time\n(18.5 ms)"]
+
+
+def test_a_sweep_is_labelled_by_size_not_iteration(tmp_path):
+    fig = plots.iteration_times(sweep_log(tmp_path / "sweep_log.csv"))
+    top, bottom = fig.axes[:2]
+    labels = [t.get_label() for t in top.get_lines()] + [p.get_label() for p in top.patches]
+    assert not any("mean" in label for label in labels)          # no jitter band: the steps differ by size
+    assert bottom.get_xlabel() == "size step (message size)" and "size step" in top.get_title()
+    assert [bottom.xaxis.get_major_formatter()(v, 0) for v in (1, 2)] == ["1 MiB", "2 MiB"]

@@ -117,7 +117,8 @@ def small_log(tmp_path) -> str:
 
 def test_log_report_tables_by_hand(small_log):
     page = build_report(small_log, nominal={"NVLink": 2.0})
-    assert check_self_contained(page) == 4
+    # iteration times, share by type, time share, message-size CDF, bandwidth (the timeline is inline SVG)
+    assert check_self_contained(page) == 5
     found = tables(page)
     # iteration statistics of the measured iterations 14 and 10 ms: mean 12, std 2 (population),
     # p90 10 + 0.9 * 4 = 13.6; init 6 ms; the slowest rank's longest iteration 14 + 1 = 15 ms
@@ -168,7 +169,7 @@ def test_tables_agree_with_the_summary_functions(small_log):
 
 def test_workload_report_by_hand(tmp_path):
     page = build_report(small_workload(tmp_path / "w_workload.csv"))
-    assert check_self_contained(page) == 1
+    assert check_self_contained(page) == 3   # share by type, bytes by group and size, message-size CDF
     found = tables(page)
     # init: 1 all-reduce; per iteration 3 all-reduces of 1 MiB (3 MiB) and one 4 MiB all-gather: 7 MiB
     by_type, by_group = found["share"]
@@ -275,7 +276,8 @@ def test_cli_report_plot_compare(tmp_path, small_log, capsys):
                            "--topology", str(EXAMPLES / "topo_Spectrum-X_16g_8gps_400Gbps_H100"), "--iteration", "1"], capsys)
     assert code == 0 and stdout == f"wrote {out}\n"
     page = out.read_text()
-    assert check_self_contained(page) == 6 and "NVLink (H100) 360 GB/s, NIC (topology) 50 GB/s" in page
+    # the log's 5 plots and the simulation's 2
+    assert check_self_contained(page) == 7 and "NVLink (H100) 360 GB/s, NIC (topology) 50 GB/s" in page
     assert "Timeline of iteration 1" in page
     workload = small_workload(tmp_path / "w_workload.csv")
     code, stdout, _ = cli(["report", workload], capsys)   # default output beside the input
@@ -283,7 +285,8 @@ def test_cli_report_plot_compare(tmp_path, small_log, capsys):
     code, stdout, _ = cli(["plot", small_log, "--sim", str(tmp_path / "run-EndToEnd.csv"), "-o", str(tmp_path / "p"),
                            "--format", "svg"], capsys)
     assert code == 0 and sorted(os.listdir(tmp_path / "p")) == [
-        "busbw_vs_size.svg", "iteration_times.svg", "sim_breakdown.svg", "sim_layers.svg", "time_share.svg", "timeline.svg"]
+        "busbw_vs_size.svg", "iteration_times.svg", "sim_breakdown.svg", "sim_layers.svg", "size_cdf.svg", "time_share.svg",
+        "timeline.svg", "type_share.svg"]
     b = write_small_log(tmp_path / "b_log.csv", scale=2.0)
     code, stdout, _ = cli(["compare", small_log, b, "--labels", "old", "new", "-o", str(tmp_path / "d.csv"),
                            "--html", str(tmp_path / "d.html")], capsys)
@@ -417,3 +420,96 @@ def test_the_report_opens_in_headless_chromium(tmp_path, small_log):
     assert console == []
     width, height = is_png(shot.read_bytes())
     assert (width, height) == (1400, 3000)
+
+
+# ---- issue 21: the zoomable timeline and the overview cards ---------------------------------------------
+
+class Timeline(HTMLParser):
+    """The timeline fragment of a page: its zoom buttons, operation rects (x, width, tooltip) and tick labels."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.zooms: list[str] = []
+        self.rects: list[tuple[float, float, str]] = []
+        self.ticks: list[tuple[set[str], str]] = []
+        self.scripts = 0
+        self._rect: dict | None = None
+        self._text: list[str] | None = None
+        self._tick = False
+        self._classes: set[str] = set()
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "script":
+            self.scripts += 1
+        elif tag == "input" and attrs.get("type") == "radio":
+            self.zooms.append(attrs["id"])
+        elif tag == "rect":
+            self._rect = {"x": float(attrs["x"]), "width": float(attrs["width"])}
+        elif tag == "title" and self._rect is not None:
+            self._text = []
+        elif tag == "span" and "style" in attrs:
+            self._classes = set((attrs.get("class") or "").split())
+        elif tag == "b":
+            self._tick, self._text = True, []
+
+    def handle_endtag(self, tag):
+        if tag == "title" and self._rect is not None and self._text is not None:
+            self.rects.append((self._rect["x"], self._rect["width"], "".join(self._text)))
+            self._rect, self._text = None, None
+        elif tag == "b" and self._tick:
+            self.ticks.append((self._classes, "".join(self._text or [])))
+            self._tick, self._text = False, None
+
+    def handle_data(self, data):
+        if self._text is not None:
+            self._text.append(data)
+
+
+def test_the_report_timeline_zooms_without_a_script(small_log):
+    # issue 21 item 18: AICB's visualizer let the user zoom into an iteration; the report's timeline is inline SVG
+    # with CSS zoom buttons (the page's Content-Security-Policy allows no script)
+    page = build_report(small_log, iteration=1)
+    check_self_contained(page)
+    section = page.split('<section id="timeline"', 1)[1].split("</section>", 1)[0]
+    found = Timeline()
+    found.feed(section)
+    assert found.scripts == 0 and found.zooms == [f"tl-z{z}" for z in (1, 2, 4, 8, 16, 32, 64)]
+    assert ".tl > input.z64:checked ~ .tl-view .tl-canvas { width: 6400%; }" in page
+    # iteration 1 back to back: AR 1 ms at 0, GEMM 2 at 1, AR 2 at 3, the p2p batch's isend and irecv side by side
+    # at 5 (4 ms), AR 3 at 9: 12 ms logged on a drawing 1000 units wide, so x = start * 1000 / 12
+    starts, lengths = [0, 1, 3, 5, 5, 9], [1, 2, 2, 4, 4, 3]
+    assert len(found.rects) == 6
+    by_start = sorted(found.rects)
+    assert [round(x, 3) for x, _, _ in by_start] == [round(s * 1000 / 12, 3) for s in starts]
+    assert [round(w, 3) for _, w, _ in by_start] == [round(t * 1000 / 12, 3) for t in lengths]
+    assert "all_reduce · dp_group · 1 MiB · step.grad\n3 ms, from 9 ms to 12 ms" in by_start[-1][2]
+    # zoom 1: a tick each 1 ms (12 / 8 = 1.5, rounded to 1), 0 to 12 ms
+    assert [text for zooms, text in found.ticks if "z1" in zooms] == [f"{k} ms" for k in range(13)]
+    # zoom 64: 12 / 512 = 0.023 ms rounded to a 20 us step: 601 ticks, 0 to 12 ms
+    at_64 = [text for zooms, text in found.ticks if "z64" in zooms]
+    assert len(at_64) == 601 and at_64[:3] == ["0 ms", "20 us", "40 us"] and at_64[-1] == "12 ms"
+    assert "Iteration 1 on rank 0: 12 ms logged, 14 ms wall; 6 operations" in section
+
+
+def card_pairs(page: str) -> list[tuple[str, str]]:
+    """(label, value) of each overview card."""
+    return re.findall(r'<div class="label">([^<]*)</div><div class="value">([^<]*)</div>', page)
+
+
+def test_the_overview_shows_each_figure_once(tmp_path, small_log):
+    # issue 21 item 17: a log without computation showed "communication" and "logged" with the same share of the
+    # wall time.  Here the iterations are AR 1 + 2 ms in 4 ms wall and AR 3 ms in 4 ms (init AR 5 ms in 6):
+    # communication 6 of 8 ms = 75 %, 2 ms not logged = 25 %
+    rows = [(AR, 5.0, None), (EPOCH, 6.0, None), (AR, 1.0, None), (AR, 2.0, None), (EPOCH, 4.0, None),
+            (AR, 3.0, None), (EPOCH, 4.0, None)]
+    cards = card_pairs(build_report(write_small_log(tmp_path / "comm_log.csv", rows)))
+    labels = [label for label, _ in cards]
+    assert len(set(labels)) == len(labels) and len(set(value for _, value in cards)) == len(cards), cards
+    assert ("communication", "75.0 %") in cards and ("not logged", "25.0 %") in cards and "computation" not in labels
+    # with computation (the small log): iteration 1 logs 10 ms comm and 2 ms GEMM of 14, iteration 2 4.5 and 2 of 10:
+    # comm 14.5 / 24 = 60.4 %, compute 4 / 24 = 16.7 %, not logged 5.5 / 24 = 22.9 %
+    cards = card_pairs(build_report(small_log))
+    assert [c for c in cards if c[0] in ("communication", "computation", "not logged")] == [
+        ("communication", "60.4 %"), ("computation", "16.7 %"), ("not logged", "22.9 %")]
+    assert len({label for label, _ in cards}) == len(cards)

@@ -18,12 +18,30 @@ WIDTH_IN = 10.0
 
 
 def new_figure(height_in: float, rows: int = 1, **kwargs: Any) -> tuple[Figure, Any]:
-    """A figure ``WIDTH_IN`` wide and ``height_in`` high with ``rows`` axes stacked (constrained layout)."""
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(WIDTH_IN, height_in), layout="constrained")
+    """A figure ``WIDTH_IN`` wide and ``height_in`` high with ``rows`` axes stacked (constrained layout).
+    It shows itself as a PNG when it is a Jupyter cell's value (:func:`figure_class`)."""
+    fig = figure_class()(figsize=(WIDTH_IN, height_in), layout="constrained")
     axes = fig.subplots(rows, 1, squeeze=True, **kwargs)
     return fig, axes
+
+
+_FIGURE_CLASS: type | None = None
+
+
+def figure_class() -> type:
+    """matplotlib's Figure with IPython's ``_repr_png_``: a figure made without pyplot has no backend
+    that registers it with IPython, so a notebook would print ``<Figure size ...>`` unless the user ran
+    ``%matplotlib inline``; with this method Jupyter draws it (``%matplotlib inline`` still works)."""
+    global _FIGURE_CLASS
+    if _FIGURE_CLASS is None:
+        from matplotlib.figure import Figure
+
+        class NotebookFigure(Figure):
+            def _repr_png_(self) -> bytes:
+                return render(self, "png")
+
+        _FIGURE_CLASS = NotebookFigure
+    return _FIGURE_CLASS
 
 
 def render(fig: Figure, fmt: str = "png", dpi: int = 110) -> bytes:

@@ -42,7 +42,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="AICB's marker for a workload file (the kind is read from the file either way)")
     parser.add_argument("-o", "--output", help="the HTML path (default results/visual_output/<stem>.html)")
     args = parser.parse_args(argv)
-    path = write_visual(args.file, args.output)
+    from log_analyzer.log import warning_lines
+
+    with warning_lines(PROG):
+        path = write_visual(args.file, args.output)
     print(f"visual output: {path}")
     return 0
 
