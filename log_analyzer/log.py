@@ -37,7 +37,7 @@ import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from log_analyzer.detail import DETAIL_COLUMNS
 from utils.errors import FormatError
@@ -85,6 +85,21 @@ def _row_parts(item: WorkItem) -> tuple[str, str]:
     return ",".join(head) + ",", f",{item.count}\n"
 
 
+def _open_stream(path: str, columns: list[str] | tuple[str, ...]) -> TextIO:
+    """A CSV opened for streaming rows (parents created), its header written and flushed; a path that
+    cannot be written is an :class:`~utils.io.OutputError` naming it."""
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        handle = open(path, "w", newline="", encoding="utf-8")  # noqa: SIM115 (the writer closes it)
+    except OSError as exc:
+        from utils.io import OutputError
+
+        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
+    handle.write(",".join(columns) + "\n")
+    handle.flush()
+    return handle
+
+
 class LogWriter:
     """Writes the log CSV of docs/formats.md section 5 as operations complete.
 
@@ -96,15 +111,7 @@ class LogWriter:
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = os.fspath(path)
-        try:
-            os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
-            self._file = open(self.path, "w", newline="", encoding="utf-8")  # noqa: SIM115 (closed by close())
-        except OSError as exc:
-            from utils.io import OutputError
-
-            raise OutputError(f"cannot write {self.path}: {exc.strerror or exc}") from None
-        self._file.write(",".join(CSV_COLUMNS) + "\n")
-        self._file.flush()
+        self._file = _open_stream(self.path, CSV_COLUMNS)
         self._parts: dict[int, tuple[WorkItem, str, str]] = {}
         self.rows = 0
 
@@ -161,15 +168,7 @@ class DetailWriter:
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = os.fspath(path)
-        try:
-            os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
-            self._file = open(self.path, "w", newline="", encoding="utf-8")  # noqa: SIM115 (closed by close())
-        except OSError as exc:
-            from utils.io import OutputError
-
-            raise OutputError(f"cannot write {self.path}: {exc.strerror or exc}") from None
-        self._file.write(",".join(DETAIL_COLUMNS) + "\n")
-        self._file.flush()
+        self._file = _open_stream(self.path, DETAIL_COLUMNS)
         self._flushed = time.monotonic()
         self._parts: dict[int, tuple[WorkItem, str, str]] = {}
         # the columns between busbw_gbps and emulated: every rank's times, known at the end only
