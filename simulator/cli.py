@@ -106,7 +106,7 @@ def build_parser(job_flags: bool = True) -> CliParser:
                       help="multiply every latency term of NCCL's model (0: bandwidth only; default 1)")
     topo.add_argument("--peak_tflops", "--peak-tflops", type=positive_number, metavar="TFLOPS",
                       help="dense peak TFLOP/s per GPU for the MFU (default by GPU type)")
-    from simulator.profiles import add_flags as add_profile_flags  # --profile DIR --network_device NAME
+    from simulator.profile_flags import add_flags as add_profile_flags  # --profile DIR --network_device NAME
 
     add_profile_flags(p)
     p.add_argument("--json", action="store_true",
@@ -252,20 +252,27 @@ def simulate_args(args: argparse.Namespace) -> tuple[Any, str, Any]:
             tp_comm_overlap=args.tp_comm_overlap, peak_tflops=args.peak_tflops,
             compute_source=values.get("compute_source") if values else None,
         )
-    from simulator.profiles import annotate, use_profile
+    from simulator.profile_flags import PROFILE_FLAGS
 
-    options, profile = use_profile(args, options, model, job)  # --profile: measured collectives and compute
+    profile = None
+    if any(getattr(args, name, None) is not None for name in PROFILE_FLAGS):
+        from simulator.profiles import use_profile
+
+        options, profile = use_profile(args, options, model, job)  # --profile: measured collectives and compute
     if job is not None:
         result = simulate_job(job, args.topology, options, model, profile)
         source = _job_name(job, values)
     else:
-        from simulator import inference
+        from simulator.inference_header import SIMAI_NOTE, is_inference_workload
 
-        if model == "simai" and inference.is_inference_workload(args.workload):  # AICB 2.1's inference files
-            notes.append(inference.SIMAI_NOTE)
+        if model == "simai" and is_inference_workload(args.workload):  # AICB 2.1's inference files
+            notes.append(SIMAI_NOTE)
         result = api.simulate(workload, args.topology, options, model=model)
         source = args.workload
-    annotate(result, profile)  # result.setup["sources"]: what came from measurements, what from models
+    if profile is not None:
+        from simulator.profiles import annotate
+
+        annotate(result, profile)  # result.setup["sources"]: what came from measurements, what from models
     result.warnings.extend(notes)
     if args.visual not in (None, "0"):
         result.warnings.append("-v/--visual: SimAI's HTML pie chart is not written; --plot FILE.png draws the "
@@ -300,9 +307,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse flags, simulate, write the result files, print the summary.  Returns the exit status."""
     args = parse_args(argv)
     # Heavy imports after the flags are known to be well-formed.
-    from simulator import inference, report
+    from simulator import report
+    from simulator.inference_header import wants_topo
 
-    if inference.wants_topo(args):  # an inference workload (mode: 1) on --model topo: TTFT / TPOT
+    if wants_topo(args):  # an inference workload (mode: 1) on --model topo: TTFT / TPOT
+        from simulator import inference
+
         return inference.cli_main(args, PROG, SIMAI_ONLY)
     result, source, job = simulate_args(args)
     prefix = report.output_prefix(args.result, args.result_folder, source)

@@ -27,6 +27,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from simulator.inference_header import SIMAI_NOTE, is_inference_workload, wants_topo  # noqa: F401 (re-exported)
 from simulator.options import TopoOptions
 from utils.errors import ConfigError
 from utils.inference_job import InferenceJob
@@ -250,18 +251,6 @@ def _known(gpu: str | None) -> bool:
     return known_gpu(gpu)
 
 
-def is_inference_workload(path: Any) -> bool:
-    """Whether ``path`` is a SimAI workload file whose header says ``mode: 1`` (inference)."""
-    if not isinstance(path, (str, os.PathLike)):
-        return False
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            tokens = handle.readline().split()
-    except OSError:
-        return False
-    return any(t == "mode:" and tokens[i + 1:i + 2] == ["1"] for i, t in enumerate(tokens))
-
-
 def job_from_name(path: str) -> tuple[dict[str, Any] | None, InferenceJob | None, str | None]:
     """AICB's file name's fields, and the job they describe when the model is one we know (else None and why)."""
     stem = os.path.splitext(os.path.basename(path))[0]
@@ -362,12 +351,6 @@ def write_results(result: InferenceResult, prefix: str) -> list[str]:
     return write_files({prefix + "inference.csv": result.summary_csv(), prefix + "inference_layers.csv": result.rows_csv()})
 
 
-def wants_topo(args: Any) -> bool:
-    """Whether parsed ``python -m simulator`` flags ask ``--model topo`` (or give ``-t``) of an inference workload."""
-    model = args.model or ("topo" if args.topology else "simai")
-    return model == "topo" and args.workload is not None and is_inference_workload(args.workload)
-
-
 def cli_main(args: Any, prog: str, simai_only: tuple = ()) -> int:
     """``python -m simulator --model topo -w <inference .txt>``: simulate, write, print.  ``simai_only``:
     ``(dest, flag, default)`` of the flags only SimAI's model reads (warned about when given)."""
@@ -404,6 +387,3 @@ def cli_main(args: Any, prog: str, simai_only: tuple = ()) -> int:
     return 0
 
 
-SIMAI_NOTE = ("inference workload (mode: 1): SimAI 1.7 ignores the mode key and plays the records as a training "
-              "iteration with empty backward columns, so its total is one step of the file's stage; --model topo "
-              "reports TTFT/TPOT, throughput and memory")

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 from simulator import profile_db
 from simulator.collectives import Cost, GroupShape, LinkModel, busbw_factor, collective_cost, p2p_cost
+from simulator.profile_flags import PROFILE_FLAGS, add_flags  # noqa: F401 (re-exported)
 from utils.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -452,18 +453,6 @@ class Profile:
 
 
 # ---- the command line's side ------------------------------------------------------------------------
-
-def add_flags(parser: Any) -> None:
-    """``--profile DIR --network_device NAME [--compute_sku SKU]`` (the simulator's flags)."""
-    group = parser.add_argument_group("profiles (python -m profiling)")
-    group.add_argument("--profile", metavar="DIR", help="profiling database: collective times and compute times "
-                       "measured on a cluster; measured points win, the models fill the gaps (the summary says which)")
-    group.add_argument("--network_device", "--network-device", metavar="NAME",
-                       help="the network profile to use (<DIR>/network/NAME; default: the only one)")
-    group.add_argument("--compute_sku", "--compute-sku", metavar="SKU",
-                       help="the compute profile to use (<DIR>/compute/SKU; default: --gpu_type in lower case when "
-                            "the database has it)")
-
 
 def use_profile(args: Any, options: Any, model: str, job: Any) -> tuple[Any, Profile | None]:
     """Load ``--profile`` and fold it into the options of ``model``: the topo model asks the profile for

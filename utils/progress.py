@@ -23,9 +23,45 @@ def on_terminal() -> bool:
         return False
 
 
+class _NoBar:
+    """What :func:`progress` returns off a terminal: tqdm's interface, doing nothing.  tqdm is not
+    imported then (about 60 ms of a whole SimAI-model run: its version lookup reads package metadata)."""
+
+    disable = True
+
+    def __init__(self, iterable: Iterable | None) -> None:
+        self._iterable = iterable
+
+    def __iter__(self):
+        return iter(self._iterable if self._iterable is not None else ())
+
+    def __enter__(self) -> _NoBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def update(self, n: float = 1) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+    def set_postfix_str(self, s: str = "", refresh: bool = True) -> None:
+        return None
+
+    def set_postfix(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def set_description(self, desc: str | None = None, refresh: bool = True) -> None:
+        return None
+
+
 def progress(iterable: Iterable | None = None, *, total: int | None = None, desc: str | None = None,
              unit: str = "it", **kwargs: Any):
     """A tqdm bar over ``iterable`` (or updated by hand up to ``total``), quiet off a terminal."""
+    if not on_terminal():
+        return _NoBar(iterable)
     from tqdm import tqdm
 
     return tqdm(iterable, total=total, desc=desc, unit=unit, file=sys.stderr, disable=not on_terminal(),
@@ -35,6 +71,9 @@ def progress(iterable: Iterable | None = None, *, total: int | None = None, desc
 def say(log: Callable[[str], None] | None, message: str) -> None:
     """``log(message)`` without garbling a bar on the terminal (the bars are cleared, then redrawn)."""
     if log is None:
+        return
+    if not on_terminal():
+        log(message)
         return
     from tqdm import tqdm
 
