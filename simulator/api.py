@@ -67,10 +67,12 @@ MODELS: dict[str, Callable[[Any, Any, Any], SimulationResult]] = {"simai": _run_
 
 
 def load_workload(workload: SimAIWorkload | str | os.PathLike) -> SimAIWorkload:
-    """A workload object, reading a path leniently (SimAI accepts any comm token and line layout)."""
+    """A workload object, reading a path leniently (SimAI accepts any comm token and line layout), with
+    records written alike shared (``share=True``: the models never change a record, and a file of 10^6
+    records then holds one object per distinct line)."""
     if isinstance(workload, SimAIWorkload):
         return workload
-    return SimAIWorkload.read(workload, strict=False)
+    return SimAIWorkload.read(workload, strict=False, share=True)
 
 
 def simulate(workload: Any, topology: Any = None, options: Any = None, model: str | None = None) -> SimulationResult:

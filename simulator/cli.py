@@ -316,7 +316,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return inference.cli_main(args, PROG, SIMAI_ONLY)
     result, source, job = simulate_args(args)
     prefix = report.output_prefix(args.result, args.result_folder, source)
-    contents: dict[str, str | bytes] = dict(report.result_texts(result, prefix))
+    contents: dict[str, Any] = dict(report.result_chunks(result, prefix))  # tables streamed as written
     if args.trace:
         from simulator.trace import trace_text
 

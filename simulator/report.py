@@ -12,13 +12,15 @@
   layer, us) and ``<prefix>topo_collectives.csv`` (every distinct collective: group shape, NCCL's
   algorithm and protocol, time in us, algbw/busbw in GB/s, count per iteration).
 
-All are written atomically, after every text is built; nothing is written when anything fails.
+All are written atomically, the long tables streamed in pieces to temporary files that are renamed
+only when every file is complete: nothing is written when anything fails.
 """
 
 from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from simulator.cfloat import c_fixed
@@ -48,6 +50,16 @@ def _us0(value_us: float) -> str:
 
 def end_to_end_text(result: SimulationResult, file_name: str) -> str:
     """The text of SimAI's ``EndToEnd.csv`` (docs/formats.md section 7); ``file_name`` fills the first cell."""
+    return "".join(end_to_end_chunks(result, file_name))
+
+
+CHUNK_ROWS = 4096
+"""Rows per piece of text the result writers hand to the file: a result of 10^6 records is written
+without its 90 MB (EndToEnd) and 265 MB (simai_layers) texts ever being held whole."""
+
+
+def end_to_end_chunks(result: SimulationResult, file_name: str) -> Iterator[str]:
+    """:func:`end_to_end_text` in pieces of at most :data:`CHUNK_ROWS` rows (or one repeated block)."""
     totals = result.totals
     lines = [", ".join(["File name"] + [label for _, label in TERMS])]
     cells = [file_name]
@@ -57,17 +69,33 @@ def end_to_end_text(result: SimulationResult, file_name: str) -> str:
     cells.append(_us0(totals.total_us))
     lines.append(", ".join(cells))
     lines.append(LAYER_HEADER.format(run=RUN_NAME))
+    yield "\n".join(lines) + "\n"
     rows: dict[int, str] = {}  # a row shared by several records, or a repeated block's rows, is formatted once
+
+    def row(layer: Any) -> str:
+        text = rows.get(id(layer))
+        if text is None:
+            if len(rows) >= _ROW_CACHE:
+                rows.clear()
+            text = rows[id(layer)] = _end_to_end_row(layer)
+        return text
+
     for templates, times, _ in blocks(result.layers):
-        texts = []
-        for layer in templates:
-            text = rows.get(id(layer))
-            if text is None:
-                text = rows[id(layer)] = _end_to_end_row(layer)
-            texts.append(text)
-        lines.extend(["\n".join(texts)] * times)
-    lines.append("")
-    return "\n".join(lines)
+        if not templates:  # a list of no records: the file ends in an empty line
+            yield "\n" * times
+        elif len(templates) <= CHUNK_ROWS:
+            text = "\n".join(map(row, templates)) + "\n"
+            for _ in range(times):
+                yield text
+        else:
+            for _ in range(times):
+                for lo in range(0, len(templates), CHUNK_ROWS):
+                    yield "\n".join(map(row, templates[lo:lo + CHUNK_ROWS])) + "\n"
+
+
+_ROW_CACHE = 1 << 16
+"""Formatted rows the writers keep (keyed by the result object: rows alike share one); past that they
+start again, so that a result of 10^6 distinct rows does not hold every row's text."""
 
 
 def _end_to_end_row(layer) -> str:
@@ -94,21 +122,42 @@ def _csv_cell(value: Any) -> str:
 def layers_csv_text(result: SimulationResult) -> str:
     """Our per-layer CSV (see :func:`layer_rows`).  Layer names are single tokens, so no quoting; a
     repeated record's row is formatted once and only its index written again."""
+    return "".join(layers_csv_chunks(result))
+
+
+def layers_csv_chunks(result: SimulationResult) -> Iterator[str]:
+    """:func:`layers_csv_text` in pieces of about :data:`CHUNK_ROWS` rows."""
     header, *_ = layer_rows(result, header_only=True)
-    out = [",".join(header) + "\n"]
+    yield ",".join(header) + "\n"
     cache: dict[int, str] = {}
+
+    def rest(layer: Any) -> str:  # the row after its index
+        text = cache.get(id(layer))
+        if text is None:
+            if len(cache) >= _ROW_CACHE:
+                cache.clear()
+            text = cache[id(layer)] = "".join("," + _csv_cell(v) for v in layer_row(layer)[1:]) + "\n"
+        return text
+
     for templates, times, first in blocks(result.layers):
-        rests = []
-        for layer in templates:
-            rest = cache.get(id(layer))
-            if rest is None:
-                rest = cache[id(layer)] = "".join("," + _csv_cell(v) for v in layer_row(layer)[1:]) + "\n"
-            rests.append(rest)
         if first is None:
-            out += [f"{layer.index}{rest}" for layer, rest in zip(templates, rests)]
+            for lo in range(0, len(templates), CHUNK_ROWS):
+                yield "".join(f"{layer.index}{rest(layer)}" for layer in templates[lo:lo + CHUNK_ROWS])
+        elif len(templates) <= CHUNK_ROWS:
+            rests = list(map(rest, templates))
+            per = max(1, CHUNK_ROWS // len(rests))  # repetitions of a small block per piece
+            index = first
+            for done in range(0, times, per):
+                piece = rests * min(per, times - done)
+                yield "".join(map("{}{}".format, range(index, index + len(piece)), piece))
+                index += len(piece)
         else:
-            out += map("{}{}".format, range(first, first + len(rests) * times), rests * times)
-    return "".join(out)
+            index = first
+            for _ in range(times):
+                for lo in range(0, len(templates), CHUNK_ROWS):
+                    piece = list(map(rest, templates[lo:lo + CHUNK_ROWS]))
+                    yield "".join(map("{}{}".format, range(index, index + len(piece)), piece))
+                    index += len(piece)
 
 
 TOPO_FILES = ("topo_stages.csv", "topo_layers.csv", "topo_collectives.csv")
@@ -195,29 +244,38 @@ def output_prefix(result: str | None, folder: str | None, workload_path: str) ->
 
 def result_texts(result: SimulationResult, prefix: str) -> dict[str, str]:
     """Every result file's path and text: EndToEnd.csv, then the simai layers file or the topo tables."""
-    texts = {prefix + END_TO_END_SUFFIX: end_to_end_text(result, os.path.basename(prefix))}
+    return {path: "".join(chunks) for path, chunks in result_chunks(result, prefix).items()}
+
+
+def result_chunks(result: SimulationResult, prefix: str) -> dict[str, Iterable[str]]:
+    """:func:`result_texts` with each text as an iterable of pieces (what :func:`write_files` streams)."""
+    chunks: dict[str, Iterable[str]] = {prefix + END_TO_END_SUFFIX: end_to_end_chunks(result, os.path.basename(prefix))}
     if result.details is None:
-        texts[prefix + LAYERS_SUFFIX] = layers_csv_text(result)
+        chunks[prefix + LAYERS_SUFFIX] = layers_csv_chunks(result)
     else:
         for suffix, rows in zip(TOPO_FILES, (stage_rows(result), topo_layer_rows(result), collective_rows(result))):
-            texts[prefix + suffix] = _csv_text(rows)
-    return texts
+            chunks[prefix + suffix] = [_csv_text(rows)]
+    return chunks
 
 
-def write_files(contents: dict[str, str | bytes]) -> list[str]:
-    """Write every file atomically (text or bytes), all built beforehand; returns the paths."""
+def write_files(contents: Mapping[str, str | bytes | Iterable[str]]) -> list[str]:
+    """Write every file atomically (text, bytes, or text as an iterable of pieces, written as they come);
+    returns the paths.  A failure while any piece is made or written leaves none of the files."""
     from contextlib import ExitStack
 
     with ExitStack() as stack:
         handles = [(stack.enter_context(atomic_write(path, "wb" if isinstance(data, bytes) else "w")), data)
                    for path, data in contents.items()]
         for handle, data in handles:
-            handle.write(data)
+            if isinstance(data, (str, bytes)):
+                handle.write(data)
+            else:
+                handle.writelines(data)
     return list(contents)
 
 
 def write_results(result: SimulationResult, prefix: str) -> list[str]:
     """Write ``<prefix>EndToEnd.csv`` and ``<prefix>simai_layers.csv`` (simai) or the topo tables
-    atomically; return their paths.  Every text is built before any file is opened, so a failure
-    leaves no file behind."""
-    return write_files(dict(result_texts(result, prefix)))
+    atomically; return their paths.  A failure leaves no file behind (each is written to a temporary
+    file, renamed when every file is complete)."""
+    return write_files(result_chunks(result, prefix))

@@ -38,7 +38,7 @@ from simulator.repeat import RepeatedLayers, repeat_segments, repeat_sum
 from simulator.result import CollectiveCost, LayerResult, SimulationResult, Totals
 from utils.errors import ConfigError, FormatError
 from utils.progress import progress
-from workload_generator.simai import SimAIWorkload
+from workload_generator.simai import SimAILayer, SimAIWorkload
 from workload_generator.simai_tokens import classify
 
 GIB = 1 << 30
@@ -342,62 +342,114 @@ _SUMS = ("dp", "dp_ep", "tp", "ep", "compute", "exposed", "bubble")
 """The accumulators of :meth:`SimAIModel.run`, in the order :func:`_run_records` returns them."""
 
 
+_PRICED = 1 << 16
+"""Distinct records whose result and terms :func:`_run_records` keeps for the records alike that follow;
+past that it starts again (a file of all-different records then holds its results, not its terms too)."""
+
+
 def _run_records(model: SimAIModel) -> tuple[RepeatedLayers, tuple[float, ...]]:
     """Every record's :class:`LayerResult` and the seven sums of :meth:`SimAIModel.run` (us).
 
     The records are cut into segments (:func:`simulator.repeat.repeat_segments`: the ``ga``
-    micro-batch blocks a file unrolls, checked record by record); each distinct record is costed once,
-    and each sum adds a segment's terms ``repeat`` times with :func:`simulator.repeat.repeat_sum`, which
-    gives the same double as adding them one record at a time (a term a record does not book is added
-    as 0.0, which leaves a sum unchanged).  The result is identical to the unrolled loop to the bit."""
+    micro-batch blocks a file unrolls, checked record by record); each distinct record object is costed
+    once (a file read with ``share=True`` holds one object per distinct line), and each sum adds a
+    segment's terms ``repeat`` times with :func:`simulator.repeat.repeat_sum`, which gives the same
+    double as adding them one record at a time (a term a record does not book is added as 0.0, which
+    leaves a sum unchanged).  A segment that does not repeat is added record by record as it is
+    read, holding no list of terms.  The result is identical to the unrolled loop to the bit.
+
+    Memory: a record's result and terms are shared by every record that is the same object, so 10^6
+    records of a few hundred distinct lines hold a few hundred results and lists of references (and
+    the simulator reads 10^6 such records in about 30 MB: ``bench/bench_sim_memory.py``)."""
     records = model.workload.records
+    priced: dict[int, tuple[LayerResult, tuple[float, ...]]] = {}  # id(record) -> its result and terms (records live on)
     sums = [0.0] * len(_SUMS)
     parts: list[tuple[list[LayerResult], int]] = []
     with progress(total=len(records), desc="simai model", unit="record") as bar:
         for start, length, times in repeat_segments(records, model.ga):
-            _run_segment(model, records, start, length, times, sums, parts)
+            _run_segment(model, records, start, length, times, sums, parts, priced)
             bar.update(length * times)
     return RepeatedLayers(parts, _reindexed), tuple(sums)
 
 
 def _run_segment(model: SimAIModel, records: list, start: int, length: int, times: int, sums: list[float],
-                 parts: list[tuple[list[LayerResult], int]]) -> None:
-    """Cost the ``length`` records from ``start`` once, add their terms ``times`` times to ``sums`` and
-    their results to ``parts`` (one segment of :func:`_run_records`)."""
-    dp_keep, tp_keep, ep_keep = model.dp_keep, model.tp_keep, model.ep_keep
-    cost = model.cost
+                 parts: list[tuple[list[LayerResult], int]], priced: dict) -> None:
+    """Cost the ``length`` records from ``start`` (each distinct record object once: ``priced``), add their
+    terms ``times`` times to ``sums`` and their results to ``parts`` (one segment of :func:`_run_records`)."""
     templates: list[LayerResult] = []
-    terms: list[list[float]] = [[] for _ in _SUMS]
-    dp, dp_ep, tp, ep, compute, exposed, bubble = terms
-    for index in range(start, start + length):
-        r = records[index]
-        # SimAI scales compute times by its float compute_scale (1.0): a float32 round trip.
-        fwd_c, ig_c, wg_c = int(f32(r.fwd_compute_ns)), int(f32(r.ig_compute_ns)), int(f32(r.wg_compute_ns))
-        fwd = cost("fwd", r.fwd_comm, r.fwd_size_bytes)
-        ig = cost("ig", r.ig_comm, r.ig_size_bytes)
-        wg = cost("wg", r.wg_comm, r.wg_size_bytes)
-        bubble.append((fwd.time_ns + fwd_c + wg_c + ig_c + ig.time_ns) / 1000.0 if r.name != BUBBLE_EXCLUDED else 0.0)
-        wg_exp = _expose(wg.time_ns, dp_keep)
-        booked_wg = "DP_EP" if wg.group == "DP_EP" else "DP"
-        dp_ep.append(wg_exp / 1000.0 if booked_wg == "DP_EP" else 0.0)
-        dp.append(0.0 if booked_wg == "DP_EP" else wg_exp / 1000.0)
-        if fwd.group == "EP":
-            booked = "EP"
-            fwd_exp, ig_exp = _expose(fwd.time_ns, ep_keep), _expose(ig.time_ns, ep_keep)
-            ep.append((fwd_exp + ig_exp) / 1000.0)
-            tp.append(0.0)
-        else:
-            booked = "TP"
-            fwd_exp, ig_exp = _expose(fwd.time_ns, tp_keep), _expose(ig.time_ns, tp_keep)
-            tp.append((fwd_exp + ig_exp) / 1000.0)
-            ep.append(0.0)
-        compute += (fwd_c / 1000.0, wg_c / 1000.0, ig_c / 1000.0)
-        exposed += (fwd_exp / 1000.0, wg_exp / 1000.0, ig_exp / 1000.0)
-        templates.append(LayerResult(index, r.name, fwd_c, ig_c, wg_c, fwd, ig, wg, fwd_exp, ig_exp, wg_exp,
-                                     booked, booked_wg))
-    for k, addends in enumerate(terms):
-        sums[k] = repeat_sum(sums[k], addends, times)
+    keep = templates.append
+    if times == 1:
+        dp, dp_ep, tp, ep, compute, exposed, bubble = sums
+        for index in range(start, start + length):
+            r = records[index]
+            entry = priced.get(id(r))
+            if entry is None:
+                if len(priced) >= _PRICED:
+                    priced.clear()
+                entry = priced[id(r)] = _price_record(model, r, index)
+            keep(entry[0])
+            # the unrolled loop's additions, in its order (compute and exposed add three terms each)
+            t = entry[1]
+            dp += t[0]
+            dp_ep += t[1]
+            tp += t[2]
+            ep += t[3]
+            compute += t[4]
+            compute += t[5]
+            compute += t[6]
+            exposed += t[7]
+            exposed += t[8]
+            exposed += t[9]
+            bubble += t[10]
+        sums[:] = [dp, dp_ep, tp, ep, compute, exposed, bubble]
+    else:
+        terms: list[list[float]] = [[] for _ in _SUMS]
+        t_dp, t_dp_ep, t_tp, t_ep, t_compute, t_exposed, t_bubble = terms
+        for index in range(start, start + length):
+            r = records[index]
+            entry = priced.get(id(r))
+            if entry is None:
+                if len(priced) >= _PRICED:
+                    priced.clear()
+                entry = priced[id(r)] = _price_record(model, r, index)
+            keep(entry[0])
+            t = entry[1]
+            t_dp.append(t[0])
+            t_dp_ep.append(t[1])
+            t_tp.append(t[2])
+            t_ep.append(t[3])
+            t_compute += t[4:7]
+            t_exposed += t[7:10]
+            t_bubble.append(t[10])
+        for k, addends in enumerate(terms):
+            sums[k] = repeat_sum(sums[k], addends, times)
     parts.append((templates, times))
+
+
+def _price_record(model: SimAIModel, r: SimAILayer, index: int) -> tuple[LayerResult, tuple[float, ...]]:
+    """One record's :class:`LayerResult` (with ``index``) and its eleven addends in us: dp, dp_ep, tp,
+    ep, compute (fwd, wg, ig), exposed (fwd, wg, ig) and bubble."""
+    # SimAI scales compute times by its float compute_scale (1.0): a float32 round trip.
+    fwd_c, ig_c, wg_c = int(f32(r.fwd_compute_ns)), int(f32(r.ig_compute_ns)), int(f32(r.wg_compute_ns))
+    fwd = model.cost("fwd", r.fwd_comm, r.fwd_size_bytes)
+    ig = model.cost("ig", r.ig_comm, r.ig_size_bytes)
+    wg = model.cost("wg", r.wg_comm, r.wg_size_bytes)
+    bubble = (fwd.time_ns + fwd_c + wg_c + ig_c + ig.time_ns) / 1000.0 if r.name != BUBBLE_EXCLUDED else 0.0
+    wg_exp = _expose(wg.time_ns, model.dp_keep)
+    booked_wg = "DP_EP" if wg.group == "DP_EP" else "DP"
+    dp_ep = wg_exp / 1000.0 if booked_wg == "DP_EP" else 0.0
+    dp = 0.0 if booked_wg == "DP_EP" else wg_exp / 1000.0
+    if fwd.group == "EP":
+        booked = "EP"
+        fwd_exp, ig_exp = _expose(fwd.time_ns, model.ep_keep), _expose(ig.time_ns, model.ep_keep)
+        ep, tp = (fwd_exp + ig_exp) / 1000.0, 0.0
+    else:
+        booked = "TP"
+        fwd_exp, ig_exp = _expose(fwd.time_ns, model.tp_keep), _expose(ig.time_ns, model.tp_keep)
+        tp, ep = (fwd_exp + ig_exp) / 1000.0, 0.0
+    layer = LayerResult(index, r.name, fwd_c, ig_c, wg_c, fwd, ig, wg, fwd_exp, ig_exp, wg_exp, booked, booked_wg)
+    return layer, (dp, dp_ep, tp, ep, fwd_c / 1000.0, wg_c / 1000.0, ig_c / 1000.0,
+                   fwd_exp / 1000.0, wg_exp / 1000.0, ig_exp / 1000.0, bubble)
 
 
 def _reindexed(layer: LayerResult, index: int) -> LayerResult:

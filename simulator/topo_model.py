@@ -146,7 +146,7 @@ def load_scripts(workload: Any, options: TopoOptions, prices: dict | None = None
                                          options.tp_comm_overlap)
         return scripts, job, gpus, f"{job.model.name} tp{job.parallel.tp} pp{job.parallel.pp} dp{job.parallel.dp}", None
     if not isinstance(workload, SimAIWorkload):
-        workload = SimAIWorkload.read(workload, strict=False)
+        workload = SimAIWorkload.read(workload, strict=False, share=True)  # the model never changes a record
     header = workload.header
     if header.is_transformer:
         workload.require("tp", "pp", "ga")  # name every missing key before asking for -g

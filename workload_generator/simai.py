@@ -40,12 +40,13 @@ from __future__ import annotations
 import operator
 import os
 import re
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 from utils.errors import FormatError
-from utils.io import atomic_write, read_text
+from utils.io import atomic_write, read_lines
 from workload_generator.simai_tokens import VALID_TOKENS
 
 POLICIES = (
@@ -421,21 +422,35 @@ class SimAIWorkload:
     # ---- reading ---------------------------------------------------------------------------
 
     @classmethod
-    def read(cls, path: str | os.PathLike, strict: bool = True) -> SimAIWorkload:
-        """Read a SimAI workload file.  Raises :class:`FormatError` naming the file, line and field."""
+    def read(cls, path: str | os.PathLike, strict: bool = True, share: bool = False) -> SimAIWorkload:
+        """Read a SimAI workload file.  Raises :class:`FormatError` naming the file, line and field.
+
+        The file is read line by line (never held whole).  ``share=True`` gives records written alike
+        (the same line text) one shared :class:`SimAILayer` object, so that a file of 10^6 records
+        repeating a few hundred lines holds a few hundred records and a list of references (what the
+        simulator reads with; it never changes a record).  Do not change a shared record: its copies
+        change with it."""
         path = os.fspath(path)
-        return cls.loads(read_text(path, "a SimAI workload .txt"), path=path, strict=strict)
+        lines = read_lines(path, "a SimAI workload .txt")
+        try:
+            return cls._parse(lines, path, strict, share)
+        finally:
+            lines.close()
 
     @classmethod
-    def loads(cls, text: str, path: str = "<SimAI workload>", strict: bool = True) -> SimAIWorkload:
+    def loads(cls, text: str, path: str = "<SimAI workload>", strict: bool = True,
+              share: bool = False) -> SimAIWorkload:
         """Parse the text of a SimAI workload file (see :meth:`read`)."""
+        return cls._parse(iter(text.splitlines()), path, strict, share)
+
+    @classmethod
+    def _parse(cls, lines: Iterator[str], path: str, strict: bool, share: bool) -> SimAIWorkload:
         # SimAI reads lines 1 and 2 with getline and the records with operator>>; so do we.
-        lines = text.splitlines()
         warnings: list[str] = []
-        header = SimAIHeader.parse(lines[0] if lines else "", path, strict, warnings)
-        count = _record_count(lines, path, strict, warnings)
+        header = SimAIHeader.parse(next(lines, ""), path, strict, warnings)
+        count = _record_count(next(lines, None), path, strict, warnings)
         width = 13 if header.policy == CUSTOMIZED_POLICY else 12
-        records = _read_records(lines, count, width, path, strict, warnings)
+        records = _read_records(lines, count, width, path, strict, warnings, share)
         return cls(header=header, records=records, path=path, warnings=warnings)
 
     # ---- writing ---------------------------------------------------------------------------
@@ -518,10 +533,10 @@ def _check_record(record: SimAILayer, index: int, path: str, customized: bool) -
     return out
 
 
-def _record_count(lines: Sequence[str], path: str, strict: bool, warnings: list[str]) -> int:
-    if len(lines) < 2 or not lines[1].strip():
+def _record_count(line: str | None, path: str, strict: bool, warnings: list[str]) -> int:
+    if line is None or not line.strip():
         raise FormatError(path, "line 2 must hold N, the number of layer records", line=2, field="record count")
-    text = lines[1].strip()
+    text = line.strip()
     if _UINT_RE.fullmatch(text):
         return int(text)
     match = _STOI_RE.match(text)
@@ -561,19 +576,25 @@ def _convert(tokens: Sequence[str], token_lines: Sequence[int], path: str, stric
     return SimAILayer(*values)
 
 
-def _read_records(lines: Sequence[str], count: int, width: int, path: str, strict: bool,
-                  warnings: list[str]) -> list[SimAILayer]:
+SHARED_LINES = 1 << 16
+"""How many distinct record lines the reader remembers (to parse a repeated line once, and with
+``share`` to give it one record object); past that it forgets them and starts again, so that a file
+of all-different lines does not keep every line's text as well."""
+
+
+def _read_records(lines: Iterator[str], count: int, width: int, path: str, strict: bool,
+                  warnings: list[str], share: bool = False) -> list[SimAILayer]:
     records: list[SimAILayer] = []
     append = records.append
     names = _field_names(width)
     fast = _record_re(width).fullmatch
     valid = VALID_TOKENS
+    intern = sys.intern  # names and tokens repeat: one string each
     seen: dict[str, tuple] = {}    # a well-formed line's text -> its record's values
+    shared: dict[str, SimAILayer] = {}  # with share: a well-formed line's text -> its record
     pending: list[str] = []        # tokens of a record spread over lines (lenient mode)
     pending_lines: list[int] = []
-    number = 2
-    for number in range(3, len(lines) + 1):
-        line = lines[number - 1]
+    for number, line in enumerate(lines, 3):
         if len(records) == count and not pending:
             if line.strip():
                 if strict:
@@ -584,17 +605,33 @@ def _read_records(lines: Sequence[str], count: int, width: int, path: str, stric
                 break
             continue
         if not pending:
-            values = seen.get(line)
-            if values is not None:  # files repeat one micro-batch's lines ga times: parse each text once
-                append(SimAILayer(*values))
-                continue
+            if share:
+                record = shared.get(line)
+                if record is not None:
+                    append(record)
+                    continue
+            else:
+                values = seen.get(line)
+                if values is not None:  # files repeat one micro-batch's lines ga times: parse each text once
+                    append(SimAILayer(*values))
+                    continue
         match = fast(line) if not pending else None
         if match:
             g = match.groups()
             if not strict or (g[3] in valid and g[6] in valid and g[9] in valid and (width == 12 or g[12] in POLICIES)):
-                values = seen[line] = (g[0], int(g[1]), int(g[2]), g[3], int(g[4]), int(g[5]), g[6], int(g[7]),
-                                       int(g[8]), g[9], int(g[10]), int(g[11]), g[12] if width == 13 else None)
-                append(SimAILayer(*values))
+                values = (intern(g[0]), int(g[1]), int(g[2]), intern(g[3]), int(g[4]), int(g[5]), intern(g[6]),
+                          int(g[7]), int(g[8]), intern(g[9]), int(g[10]), int(g[11]),
+                          intern(g[12]) if width == 13 else None)
+                record = SimAILayer(*values)
+                if share:
+                    if len(shared) >= SHARED_LINES:
+                        shared.clear()
+                    shared[line] = record
+                else:
+                    if len(seen) >= SHARED_LINES:
+                        seen.clear()
+                    seen[line] = values
+                append(record)
                 continue
         tokens = line.split()
         if not tokens:
