@@ -15,6 +15,15 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "tests" / "data" / "examples"
 
 
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (Linux: /proc; a zombie waiting for its new parent to reap it does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
 def run_cli(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     """Run ``python <args>`` from the repository root (or ``cwd``) and capture its output."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONDONTWRITEBYTECODE="1")

@@ -20,7 +20,7 @@ import pytest
 
 from log_analyzer import Log
 from replay.groups import group_ranks
-from tests.conftest import ROOT
+from tests.conftest import ROOT, process_alive
 from utils.cli import parse_job
 from utils.errors import ConfigError
 from utils.units import busbw_factor
@@ -534,14 +534,6 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_killing_the_launcher_stops_every_worker(tmp_path):
     """SIGKILL gives torchrun no chance to stop its workers; before, they ran on to the end."""
@@ -573,15 +565,15 @@ def test_killing_the_launcher_stops_every_worker(tmp_path):
         launcher.kill()
         launcher.wait()
         deadline = time.monotonic() + 60   # generous; the workers notice within a second
-        while time.monotonic() < deadline and any(_alive(w) for w in workers):
+        while time.monotonic() < deadline and any(process_alive(w) for w in workers):
             time.sleep(0.2)
-        assert not any(_alive(w) for w in workers), "workers outlived their launcher"
+        assert not any(process_alive(w) for w in workers), "workers outlived their launcher"
     finally:
         if launcher.poll() is None:
             launcher.kill()
             launcher.wait()
         for worker in workers:
-            if _alive(worker):
+            if process_alive(worker):
                 os.kill(worker, signal.SIGKILL)
     errors = [line for line in (tmp_path / "err.txt").read_text().splitlines() if line.startswith("aicb.py:")]
     assert sorted(line.split(": ")[2] for line in errors) == [f"rank {r}" for r in range(4)], errors

@@ -13,7 +13,7 @@ import pytest
 
 from replay.groups import group_ranks, member_group
 from replay.plan import EMULATABLE, parse_emulate, plan_workload
-from tests.conftest import ROOT
+from tests.conftest import ROOT, process_alive
 from utils.cli import parse_job
 from utils.errors import ConfigError, UserError
 from utils.rank_generator import RankGenerator
@@ -241,15 +241,6 @@ time.sleep(60)
 """
 
 
-def alive(pid: int) -> bool:
-    """Whether process ``pid`` runs (a zombie waiting for its new parent to reap it does not)."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_a_worker_whose_launcher_was_killed_stops(tmp_path):
     """The watchdog's poll of the parent process (the fallback where prctl's death signal is not had)."""
@@ -261,17 +252,17 @@ def test_a_worker_whose_launcher_was_killed_stops(tmp_path):
         deadline = time.monotonic() + 60
         while not ready.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert ready.exists() and alive(worker)
+        assert ready.exists() and process_alive(worker)
         launcher.kill()   # SIGKILL: the launcher cannot pass anything on
         launcher.wait()
         deadline = time.monotonic() + 30
-        while alive(worker) and time.monotonic() < deadline:
+        while process_alive(worker) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not alive(worker), "the worker outlived its launcher"
+        assert not process_alive(worker), "the worker outlived its launcher"
         assert err.read_text().strip() == (f"p: the launcher (process {launcher.pid}) is gone; stopping during "
                                            "operation 7; log kept")
     finally:
-        if alive(worker):
+        if process_alive(worker):
             os.kill(worker, signal.SIGKILL)
         launcher.stdout.close()
 
