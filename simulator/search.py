@@ -25,7 +25,7 @@ import os
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -213,29 +213,38 @@ class LocalPool:
             return
         from concurrent.futures import FIRST_COMPLETED, wait
 
-        running: dict[Any, tuple] = {}
-        iterator = iter(tasks)
-        exhausted = False
-        while running or not exhausted:
-            while not exhausted and len(running) < pending_limit:
-                task = next(iterator, None)
-                if task is None:
-                    exhausted = True
-                    break
-                running[self.pool.submit(simulate_layout, *task)] = task
-            if not running:
-                break
-            done, _ = wait(running, return_when=FIRST_COMPLETED)
-            for future in done:
-                task = running.pop(future)
-                try:
-                    yield task, future.result()
-                except UserError as exc:
-                    yield task, exc
+        pool = self.pool
+        for task, future in _in_flight(tasks, pending_limit, lambda task: pool.submit(simulate_layout, *task),
+                                       lambda futures: wait(futures, return_when=FIRST_COMPLETED)[0]):
+            try:
+                yield task, future.result()
+            except UserError as exc:
+                yield task, exc
 
     def close(self) -> None:
         if self.pool is not None:
             self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _in_flight(tasks: Iterable[tuple], pending_limit: int, submit: Callable[[tuple], Any],
+               wait_done: Callable[[list], Iterable]) -> Iterator[tuple[tuple, Any]]:
+    """Submit ``tasks`` (consumed lazily) with at most ``pending_limit`` in flight and yield ``(task,
+    handle)`` for each one ``wait_done`` (given the handles in flight) reports finished.  ``submit``
+    turns a task into a handle: a future of a process pool, or a Ray object reference."""
+    running: dict[Any, tuple] = {}
+    iterator = iter(tasks)
+    exhausted = False
+    while running or not exhausted:
+        while not exhausted and len(running) < pending_limit:
+            task = next(iterator, None)
+            if task is None:
+                exhausted = True
+                break
+            running[submit(task)] = task
+        if not running:
+            break
+        for handle in wait_done(list(running)):
+            yield running.pop(handle), handle
 
 
 class RayPool:
@@ -256,25 +265,13 @@ class RayPool:
         self.jobs = max(int(ray.cluster_resources().get("CPU", 1)), 1)
 
     def run(self, tasks: Iterable[tuple], pending_limit: int) -> Iterable[tuple[tuple, Any]]:
-        running: dict[Any, tuple] = {}
-        iterator = iter(tasks)
-        exhausted = False
-        while running or not exhausted:
-            while not exhausted and len(running) < pending_limit:
-                task = next(iterator, None)
-                if task is None:
-                    exhausted = True
-                    break
-                running[self.remote.remote(*task)] = task
-            if not running:
-                break
-            done, _ = self.ray.wait(list(running), num_returns=1)
-            for ref in done:
-                task = running.pop(ref)
-                try:
-                    yield task, self.ray.get(ref)
-                except Exception as exc:  # noqa: BLE001 - a remote UserError arrives wrapped
-                    yield task, exc
+        ray = self.ray
+        for task, ref in _in_flight(tasks, pending_limit, lambda task: self.remote.remote(*task),
+                                    lambda refs: ray.wait(refs, num_returns=1)[0]):
+            try:
+                yield task, ray.get(ref)
+            except Exception as exc:  # noqa: BLE001 - a remote UserError arrives wrapped
+                yield task, exc
 
     def close(self) -> None:
         self.ray.shutdown()

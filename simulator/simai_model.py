@@ -381,12 +381,7 @@ def _run_segment(model: SimAIModel, records: list, start: int, length: int, time
     if times == 1:
         dp, dp_ep, tp, ep, compute, exposed, bubble = sums
         for index in range(start, start + length):
-            r = records[index]
-            entry = priced.get(id(r))
-            if entry is None:
-                if len(priced) >= _PRICED:
-                    priced.clear()
-                entry = priced[id(r)] = _price_record(model, r, index)
+            entry = _priced(model, records[index], index, priced)
             keep(entry[0])
             # the unrolled loop's additions, in its order (compute and exposed add three terms each)
             t = entry[1]
@@ -406,12 +401,7 @@ def _run_segment(model: SimAIModel, records: list, start: int, length: int, time
         terms: list[list[float]] = [[] for _ in _SUMS]
         t_dp, t_dp_ep, t_tp, t_ep, t_compute, t_exposed, t_bubble = terms
         for index in range(start, start + length):
-            r = records[index]
-            entry = priced.get(id(r))
-            if entry is None:
-                if len(priced) >= _PRICED:
-                    priced.clear()
-                entry = priced[id(r)] = _price_record(model, r, index)
+            entry = _priced(model, records[index], index, priced)
             keep(entry[0])
             t = entry[1]
             t_dp.append(t[0])
@@ -424,6 +414,17 @@ def _run_segment(model: SimAIModel, records: list, start: int, length: int, time
         for k, addends in enumerate(terms):
             sums[k] = repeat_sum(sums[k], addends, times)
     parts.append((templates, times))
+
+
+def _priced(model: SimAIModel, r: SimAILayer, index: int, priced: dict) -> tuple[LayerResult, tuple[float, ...]]:
+    """:func:`_price_record` of ``r``, once per distinct record object while ``priced`` holds it (cleared
+    past :data:`_PRICED` entries, so that a file of all-different records does not keep every term)."""
+    entry = priced.get(id(r))
+    if entry is None:
+        if len(priced) >= _PRICED:
+            priced.clear()
+        entry = priced[id(r)] = _price_record(model, r, index)
+    return entry
 
 
 def _price_record(model: SimAIModel, r: SimAILayer, index: int) -> tuple[LayerResult, tuple[float, ...]]:

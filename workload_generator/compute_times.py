@@ -143,6 +143,16 @@ def check_sections(compute: ComputeFile, groups: dict[tuple, list[WorkItem]]) ->
                       f"model){also}; regenerate the file, or give --compute_source model --gpu_type GPU", line=line)
 
 
+def distinct_computations(items: Iterable[WorkItem]) -> list[WorkItem]:
+    """The computation items of ``items``, each distinct object once, in order (generators repeat the same
+    item objects for the layers and micro-batches alike, and a time set on one is set on all of them)."""
+    unique: dict[int, WorkItem] = {}
+    for item in items:
+        if item.is_computation:
+            unique.setdefault(id(item), item)
+    return list(unique.values())
+
+
 def fill_compute_times(items: Iterable[WorkItem], source: str, comp_filepath: str | None = None,
                        estimator: Callable[[WorkItem], float | None] | None = None,
                        compute: ComputeFile | None = None) -> FillReport:
@@ -151,11 +161,7 @@ def fill_compute_times(items: Iterable[WorkItem], source: str, comp_filepath: st
     source = ALIASES.get(source, source)
     if source not in SOURCES:
         raise ConfigError(f"--compute_source {source!r} is not one of {', '.join(SOURCES)}")
-    unique: dict[int, WorkItem] = {}
-    for item in items:
-        if item.is_computation:
-            unique.setdefault(id(item), item)
-    computations = list(unique.values())
+    computations = distinct_computations(items)
     report = FillReport(source)
     if source == "placeholder":
         for item in computations:

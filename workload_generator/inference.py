@@ -26,7 +26,7 @@ from mocked_model.inference import SECTION_OF_RECORD, stage_items
 from utils.errors import ConfigError
 from utils.inference_job import InferenceJob
 from utils.workload import CommType, WorkItem, Workload
-from workload_generator.compute_times import FillReport
+from workload_generator.compute_times import FillReport, distinct_computations
 
 SOURCES = ("aiob", "file", "model", "placeholder")
 
@@ -127,11 +127,7 @@ def fill_inference_times(items: Iterable[WorkItem], job: InferenceJob, source: s
     ``compute`` is a measured or loaded compute file for ``aiob`` / ``file``."""
     if source not in SOURCES:
         raise ConfigError(f"--compute_source {source!r} is not one of {', '.join(SOURCES)}")
-    unique: dict[int, WorkItem] = {}
-    for item in items:
-        if item.is_computation:
-            unique.setdefault(id(item), item)
-    computations = list(unique.values())
+    computations = distinct_computations(items)
     report = FillReport(source)
     if source == "placeholder":
         for item in computations:
