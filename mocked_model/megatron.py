@@ -87,7 +87,7 @@ class VocabParallelLoss(MockedModule):
         c, out = self.ctx, []
         if c.compute:
             out.append(compute(f"{phase}.VocabParallelCrossEntropy.loss", ((c.seq, c.micro, self.vocab_part),), None,
-                               _meta(None, "loss", "loss", "loss")))
+                               self._meta()))
         if c.tp > 1:
             for _ in range(3):  # max logit, target logit, sum of exp: fp32 per token
                 out.append(comm(AR, TP, c.tp, c.tokens * 4, f"{phase}_step._VocabParallelCrossEntropy",
@@ -102,7 +102,13 @@ class VocabParallelLoss(MockedModule):
         if not c.compute:
             return []
         return [compute("backward.VocabParallelCrossEntropy.loss", ((c.seq, c.micro, self.vocab_part),), None,
-                        _meta(None, "loss", "loss", "loss"))]
+                        self._meta())]
+
+    def _meta(self) -> dict:
+        meta = _meta(None, "loss", "loss", "loss")
+        if self.ctx.stack.ce_fused:
+            meta["fused"] = True
+        return meta
 
 
 class TransformerLayer(MockedModule):
@@ -116,12 +122,14 @@ class TransformerLayer(MockedModule):
         h, p = model.hidden_size, f"layers.{layer}"
         mlp_sub = "moe" if model.is_moe_layer(layer) else "mlp"
         self.attention_part = [
-            norm(ctx, f"{p}.input_layernorm", model.normalization, h, layer, "attention"),
+            norm(ctx, f"{p}.input_layernorm", model.normalization, h, layer, "attention",
+                 feeds_linear=not model.multi_latent_attention),
             *self._attention(ctx, job, layer, recompute == "selective"),
             bias_dropout_add(ctx, f"{p}.self_attn_bda", layer, "attention"),
         ]
         self.mlp_part = [
-            norm(ctx, f"{p}.pre_mlp_layernorm", model.normalization, h, layer, mlp_sub),
+            norm(ctx, f"{p}.pre_mlp_layernorm", model.normalization, h, layer, mlp_sub,
+                 feeds_linear=mlp_sub == "mlp"),
             *self._mlp(ctx, job, layer),
             bias_dropout_add(ctx, f"{p}.mlp_bda", layer, mlp_sub),
         ]
@@ -137,17 +145,19 @@ class TransformerLayer(MockedModule):
         q_size = model.num_attention_heads * kv
         qkv_size = q_size + 2 * model.query_groups * kv
         modules: list[MockedModule] = [
-            ColumnParallelLinear(ctx, f"{p}.linear_qkv", h, qkv_size, bias or model.add_qkv_bias, layer, "attention"),
+            ColumnParallelLinear(ctx, f"{p}.linear_qkv", h, qkv_size, bias or model.add_qkv_bias, layer, "attention",
+                                 norm_fused=True),
         ]
         if model.qk_layernorm:
             modules.append(Elementwise(ctx, f"{p}.qk_layernorm", "norm", (ctx.seq, ctx.micro, qkv_size // ctx.tp), layer,
-                                       "attention", "MegatronQKLayerNorm", params=[
+                                       "attention", "MegatronQKLayerNorm", norm=model.normalization,
+                                       fused=ctx.stack.fused_extensions, params=[
                 MockedParam(f"{p}.q_layernorm.weight", (kv,), tp_sharded=False, sequence_parallel=True),
                 MockedParam(f"{p}.k_layernorm.weight", (kv,), tp_sharded=False, sequence_parallel=True)]))
         if model.position_embedding_type == "rope":  # queries and keys, Megatron's fused RoPE
             width = (model.num_attention_heads + model.query_groups) * kv // ctx.tp
             modules.append(Elementwise(ctx, f"{p}.rotary_pos_emb", "rotary", (ctx.seq, ctx.micro, width), layer,
-                                       "attention", "MegatronRotaryEmbedding"))
+                                       "attention", "MegatronRotaryEmbedding", fused=ctx.stack.rope_fused))
         modules.append(CoreAttention(ctx, f"{p}.core_attention", model.num_attention_heads, model.query_groups, kv, layer,
                                      selective))
         modules.append(RowParallelLinear(ctx, f"{p}.linear_proj", q_size, h, bias, layer, "attention"))
@@ -163,9 +173,9 @@ class TransformerLayer(MockedModule):
         fc1_out = 2 * ffn if model.swiglu else ffn
         act = "swiglu" if model.swiglu else "gelu"
         return [
-            ColumnParallelLinear(ctx, f"{p}.linear_fc1", h, fc1_out, model.add_bias_linear, layer, "mlp"),
+            ColumnParallelLinear(ctx, f"{p}.linear_fc1", h, fc1_out, model.add_bias_linear, layer, "mlp", norm_fused=True),
             Elementwise(ctx, f"{p}.activation", act, (ctx.seq, ctx.micro, fc1_out // ctx.tp), layer, "mlp",
-                        "MegatronActivation", bias=model.add_bias_linear),
+                        "MegatronActivation", bias=model.add_bias_linear, fused=ctx.stack.bias_act_fused),
             RowParallelLinear(ctx, f"{p}.linear_fc2", ffn, h, model.add_bias_linear, layer, "mlp"),
         ]
 
@@ -208,7 +218,7 @@ class MegatronChunk(MockedModule):
                                      shared_copy=True)
             children.append(norm(ctx, "final_layernorm", model.normalization, model.hidden_size, None, "output"))
             children.append(ColumnParallelLinear(ctx, "output_layer", model.hidden_size, job.padded_vocab_size, False,
-                                                 None, "output", label="MegatronOutputLayer", weight=weight))
+                                                 None, "output", label="MegatronOutputLayer", weight=weight, bf16=True))
             children.append(VocabParallelLoss(ctx, job.padded_vocab_size // ctx.tp))
         self.children = children
 
@@ -240,11 +250,15 @@ def optimizer_item(job: JobConfig, chunks: list[MockedModule]) -> WorkItem:
     the parameters of its ``chunks`` and those whose optimizer state it owns (``1/dp`` of them, expert
     parameters ``1/expert-dp``, with the distributed optimizer, whose buffers are split per bucket)."""
     p, t = job.parallel, job.training
-    local = owned = 0
+    local = owned = tensors = 0
     for chunk in chunks:
         for q in chunk.parameters():
             local += q.numel
+            tensors += 1
             owned += -(-q.numel // (p.expert_dp if q.is_expert else p.dp)) if t.use_distributed_optimizer else q.numel
     meta = {"layer": None, "sub": "optimizer", "op": "optimizer", "name": "optimizer", "loss_scaling": t.loss_scaling,
-            "grad_bytes": t.grad_bytes}
+            "grad_bytes": t.grad_bytes, "impl": "fused" if t.stack.fused_extensions else "torch", "tensors": tensors,
+            "distributed": t.use_distributed_optimizer}
+    if t.fp8:
+        meta["fp8_recipe"] = t.fp8_recipe
     return WorkItem(CommType.computation, stage="step.optimizer", shapes=((local,), (owned,)), meta=meta)

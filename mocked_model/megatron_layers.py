@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mocked_model.base import MockedModule, MockedParam, comm, compute
-from utils.config import JobConfig
+from utils.config import JobConfig, KernelStack
 from utils.workload import CommGroup, CommType, WorkItem
 
 AG, RS, AR, BC = CommType.all_gather, CommType.reduce_scatter, CommType.all_reduce, CommType.broadcast
@@ -42,12 +42,31 @@ class MegatronContext:
     dtype_bytes: int
     compute: bool
     dp: int = 1
-    flash: bool = False
+    stack: KernelStack = KernelStack(flash=False)
     attention_dropout: float = 0.0
     hidden_dropout: float = 0.0
-    wgrad_accumulate: bool = True
     grad_bytes: int = 4
     bias: bool = False
+    fp8_recipe: str | None = None
+    async_allreduce: bool = True
+
+    @property
+    def flash(self) -> bool:
+        """Whether attention runs a flash/fused kernel (the stack's choice)."""
+        return self.stack.flash
+
+    @property
+    def wgrad_accumulate(self) -> bool:
+        """Whether weight gradients accumulate into the fp32 main gradient in the GEMM's epilogue."""
+        return self.stack.wgrad_accumulate
+
+    def linear_meta(self, meta: dict) -> dict:
+        """The stack's keys of a linear layer's GEMM items (:mod:`mocked_model.compute.training_ops`)."""
+        if self.stack.te:
+            meta["te"] = True
+        if self.fp8_recipe is not None:
+            meta["fp8_recipe"] = self.fp8_recipe
+        return meta
 
     @property
     def tokens(self) -> int:
@@ -68,9 +87,10 @@ class MegatronContext:
         p, t = job.parallel, job.training
         m = job.model
         return cls(tp=p.tp, sp=p.sequence_parallel, seq=t.seq_length, micro=p.micro_batch, hidden=m.hidden_size,
-                   dtype_bytes=t.dtype_bytes, compute=t.computation_enable, dp=p.dp, flash=t.use_flash_attn,
-                   attention_dropout=m.attention_dropout, hidden_dropout=m.hidden_dropout,
-                   wgrad_accumulate=t.gradient_accumulation_fusion, grad_bytes=t.grad_bytes, bias=m.add_bias_linear)
+                   dtype_bytes=t.dtype_bytes, compute=t.computation_enable, dp=p.dp, stack=t.stack,
+                   attention_dropout=m.attention_dropout, hidden_dropout=m.hidden_dropout, grad_bytes=t.grad_bytes,
+                   bias=m.add_bias_linear, fp8_recipe=t.fp8_recipe if t.fp8 else None,
+                   async_allreduce=t.async_tp_allreduce)
 
 
 def wgrad_meta(ctx: MegatronContext, meta: dict) -> dict:
@@ -87,9 +107,13 @@ class ColumnParallelLinear(MockedModule):
     """Megatron ``ColumnParallelLinear``: weight ``(out / tp, in)``."""
 
     def __init__(self, ctx: MegatronContext, name: str, in_size: int, out_size: int, bias: bool, layer: int | None,
-                 sub: str, label: str = "MegatronColumnLinear", weight: MockedParam | None | bool = True) -> None:
+                 sub: str, label: str = "MegatronColumnLinear", weight: MockedParam | None | bool = True,
+                 norm_fused: bool = False, bf16: bool = False) -> None:
         super().__init__(name)
         self.ctx, self.in_size, self.layer, self.sub, self.label = ctx, in_size, layer, sub, label
+        # Transformer Engine's LayerNormLinear writes an FP8 GEMM's input from its norm; Megatron's output layer
+        # (a plain ColumnParallelLinear) stays in bf16 under FP8
+        self.extra = {**({"fp8_input": True} if norm_fused and ctx.stack.te else {}), **({"bf16": True} if bf16 else {})}
         self.out_part = out_size // ctx.tp
         if weight is True:
             self.params.append(MockedParam(f"{name}.weight", (self.out_part, in_size)))
@@ -103,7 +127,7 @@ class ColumnParallelLinear(MockedModule):
 
     def _gemm(self, phase: str, shapes, kind: str) -> WorkItem:
         flops = 2.0 * self.ctx.tokens * self.in_size * self.out_part
-        meta = _meta(self.layer, self.sub, kind, self.name)
+        meta = self.ctx.linear_meta({**_meta(self.layer, self.sub, kind, self.name), **self.extra})
         if self.bias_after and kind in ("gemm", "dgrad"):
             meta["bias"] = True
         return compute(f"{phase}.{self.label}.{self.name}", shapes, flops,
@@ -130,7 +154,7 @@ class ColumnParallelLinear(MockedModule):
         if c.compute:
             out.append(self._gemm("backward", ((c.seq, c.micro, self.out_part), (self.out_part, self.in_size)), "dgrad"))
         if c.tp > 1:
-            out.append(self._tp_comm(RS if c.sp else AR, "backward", overlap=True))
+            out.append(self._tp_comm(RS if c.sp else AR, "backward", overlap=c.sp or c.async_allreduce))
         if c.compute:
             out.append(self._gemm("backward", ((self.out_part, c.tokens), (c.tokens, self.in_size)), "wgrad"))
         return out
@@ -150,7 +174,7 @@ class RowParallelLinear(MockedModule):
 
     def _gemm(self, phase: str, shapes, kind: str) -> WorkItem:
         flops = 2.0 * self.ctx.tokens * self.in_part * self.out_size
-        meta = _meta(self.layer, self.sub, kind, self.name)
+        meta = self.ctx.linear_meta(_meta(self.layer, self.sub, kind, self.name))
         return compute(f"{phase}.{self.label}.{self.name}", shapes, flops,
                        wgrad_meta(self.ctx, meta) if kind == "wgrad" else meta)
 
@@ -200,19 +224,26 @@ class Elementwise(MockedModule):
         return [self._item("backward")] if self.ctx.compute else []
 
 
-def norm(ctx: MegatronContext, name: str, kind: str, width: int, layer: int | None, sub: str) -> Elementwise:
-    """LayerNorm (weight and bias) or RMSNorm (weight) over ``width``, on the local sequence."""
+def norm(ctx: MegatronContext, name: str, kind: str, width: int, layer: int | None, sub: str,
+         feeds_linear: bool = False) -> Elementwise:
+    """LayerNorm (weight and bias) or RMSNorm (weight) over ``width``, on the local sequence: fused (Transformer
+    Engine's or apex's) unless the stack has neither; ``feeds_linear``: Transformer Engine fuses it into the next
+    linear (``TELayerNormColumnParallelLinear``), which under FP8 takes its output in FP8."""
     params = [MockedParam(f"{name}.weight", (width,), tp_sharded=False, sequence_parallel=ctx.sp)]
     if kind == "LayerNorm":
         params.append(MockedParam(f"{name}.bias", (width,), tp_sharded=False, sequence_parallel=ctx.sp))
-    return Elementwise(ctx, name, "norm", (ctx.seq_local, ctx.micro, width), layer, sub, f"Megatron{kind}", params)
+    options = {"norm": kind, "fused": ctx.stack.fused_extensions}
+    if feeds_linear and ctx.stack.te and ctx.fp8_recipe is not None:
+        options["fp8_out"] = True
+    return Elementwise(ctx, name, "norm", (ctx.seq_local, ctx.micro, width), layer, sub, f"Megatron{kind}", params,
+                       **options)
 
 
 def bias_dropout_add(ctx: MegatronContext, name: str, layer: int, sub: str) -> Elementwise:
     """Megatron's bias-dropout-add after the attention projection (``self_attn_bda``) and after the MLP
     (``mlp_bda``): the residual connection, on the local sequence, with the hidden dropout."""
     return Elementwise(ctx, name, "bda", (ctx.seq_local, ctx.micro, ctx.hidden), layer, sub, "MegatronBiasDropoutAdd",
-                       p=ctx.hidden_dropout, bias=ctx.bias)
+                       p=ctx.hidden_dropout, bias=ctx.bias, fused=ctx.stack.bda_fused)
 
 
 class CoreAttention(MockedModule):
@@ -234,6 +265,8 @@ class CoreAttention(MockedModule):
         shapes = ((c.micro, self.heads, c.seq, self.head_dim), (c.micro, self.groups, c.seq, self.head_dim))
         meta = {**_meta(self.layer, "attention", "attention", self.name), "impl": "flash" if c.flash else "unfused",
                 "p": c.attention_dropout, "v_dim": self.v_dim, "causal": True}
+        if not c.flash:
+            meta["softmax"] = "fused" if c.stack.fused_softmax else "torch"
         return compute(f"{phase}.MegatronCoreAttention.{self.name}", shapes, flops, meta)
 
     def build_forward(self, phase: str) -> list[WorkItem]:

@@ -175,7 +175,7 @@ def layer_activation_bytes(job: JobConfig, layer: int, recompute: str | None = N
     out = a * unsplit * 2                                    # input LayerNorm's input, QKV GEMM's input
     out += a * latents                                       # MLA's compressed query and key/value
     out += a * tokens * (q_width + kv_width) / tp            # Q, K and V
-    if t.use_flash_attn:
+    if t.flash_attention:
         out += a * tokens * v_width / tp + 4 * b * heads * s / tp  # output and fp32 log-sum-exp per row
     elif recompute != "selective":
         scores = b * heads * s * s / tp

@@ -21,6 +21,7 @@ from mocked_model.megatron_layers import (
     RowParallelLinear,
     _meta,
     norm,
+    wgrad_meta,
 )
 from utils.config import JobConfig
 from utils.workload import CommGroup, CommType, WorkItem
@@ -37,7 +38,9 @@ class DuplicatedLinear(MockedModule):
     def _gemm(self, phase: str, shapes, kind: str) -> WorkItem:
         c = self.ctx
         flops = 2.0 * c.seq_local * c.micro * self.in_size * self.out_size
-        return compute(f"{phase}.MegatronLinear.{self.name}", shapes, flops, _meta(self.layer, "attention", kind, self.name))
+        meta = c.linear_meta(_meta(self.layer, "attention", kind, self.name))
+        return compute(f"{phase}.MegatronLinear.{self.name}", shapes, flops,
+                       wgrad_meta(c, meta) if kind == "wgrad" else meta)
 
     def build_forward(self, phase: str) -> list[WorkItem]:
         c = self.ctx

@@ -23,7 +23,14 @@ from __future__ import annotations
 from math import ceil
 
 from mocked_model.base import MockedModule, MockedParam, comm, compute
-from mocked_model.megatron_layers import ColumnParallelLinear, Elementwise, MegatronContext, RowParallelLinear, _meta
+from mocked_model.megatron_layers import (
+    ColumnParallelLinear,
+    Elementwise,
+    MegatronContext,
+    RowParallelLinear,
+    _meta,
+    wgrad_meta,
+)
 from mocked_model.routing import Routing, route
 from utils.config import JobConfig
 from utils.workload import CommGroup, CommType, WorkItem
@@ -76,7 +83,10 @@ class Router(MockedModule):
     def _gemm(self, phase: str, kind: str) -> WorkItem:
         s = self.shape
         return compute(f"{phase}.MoERouter.{self.name}", ((s.tokens, s.hidden), (s.hidden, s.experts)),
-                       2.0 * s.tokens * s.hidden * s.experts, _meta(self.layer, "moe", kind, self.name))
+                       2.0 * s.tokens * s.hidden * s.experts,
+                       {**_meta(self.layer, "moe", kind, self.name), "bf16": True, "accumulate": self.ctx.wgrad_accumulate,
+                        "grad_bytes": self.ctx.grad_bytes} if kind == "wgrad" else
+                       {**_meta(self.layer, "moe", kind, self.name), "bf16": True})
 
     def build_forward(self, phase: str) -> list[WorkItem]:
         c, s, out = self.ctx, self.shape, []
@@ -156,10 +166,13 @@ class Experts(MockedModule):
         s, h = self.shape, self.shape.hidden
         k, n = (h, self.fc1_out) if fc == "fc1" else (self.fc2_in, h)
         stage = f"{phase}.MoEExperts.{self.name}.{fc}"
-        meta = {**_meta(self.layer, "moe", "gemm", f"{self.name}.{fc}"), "tokens_per_expert": s.expert_tokens}
+        meta = self.ctx.linear_meta({**_meta(self.layer, "moe", "gemm", f"{self.name}.{fc}"),
+                                     "tokens_per_expert": s.expert_tokens})
         out = []
         for kind in kinds:
             meta_k = {**meta, "op": kind}
+            if kind == "wgrad":
+                meta_k = wgrad_meta(self.ctx, meta_k)
             if s.grouped:
                 total = sum(s.expert_tokens)
                 out.append(compute(stage, ((total, k), (s.local_experts, k, n)), 2.0 * total * k * n, meta_k))
@@ -170,7 +183,8 @@ class Experts(MockedModule):
     def _act(self, phase: str) -> WorkItem:
         s = self.shape
         return compute(f"{phase}.MoEExperts.{self.name}.activation", ((sum(s.expert_tokens), self.fc1_out),), None,
-                       _meta(self.layer, "moe", "swiglu" if s.swiglu else "gelu", self.name))
+                       {**_meta(self.layer, "moe", "swiglu" if s.swiglu else "gelu", self.name),
+                        "fused": self.ctx.stack.bias_act_fused})
 
     def build_forward(self, phase: str) -> list[WorkItem]:
         if not self.ctx.compute:
@@ -197,7 +211,7 @@ def moe_mlp(ctx: MegatronContext, job: JobConfig, layer: int) -> list[MockedModu
         modules += [
             ColumnParallelLinear(ctx, f"{p}.linear_fc1", h, fc1_out, False, layer, "moe"),
             Elementwise(ctx, f"{p}.activation", "swiglu" if model.swiglu else "gelu", (ctx.seq, ctx.micro, fc1_out // ctx.tp),
-                        layer, "moe", "MegatronActivation"),
+                        layer, "moe", "MegatronActivation", fused=ctx.stack.bias_act_fused),
             RowParallelLinear(ctx, f"{p}.linear_fc2", ffn, h, False, layer, "moe"),
         ]
     return modules

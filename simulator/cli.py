@@ -75,6 +75,9 @@ def build_parser(job_flags: bool = True) -> CliParser:
     p.add_argument("-nic", "--nic_busbw", "--nic-busbw", type=number, metavar="GIBPS",
                    help="busbw of one NIC in GiB/s (default by NIC type; <= 0 also means the default)")
     p.add_argument("-g_type", "--gpu_type", "--gpu-type", metavar="TYPE", help="H100, H20, H800, A100 (default) or A800")
+    p.add_argument("--gpu_spec", "--gpu-spec", metavar="FILE.json",
+                   help="a GPU spec file (python -m profiling fit-gpu): its measured figures price the computation and "
+                        "give the MFU's peak instead of the GPU table's; it names the GPU (instead of --gpu_type)")
     p.add_argument("-nic_t", "--nic_type", "--nic-type", metavar="TYPE", help="cx6, cx7 (default) or bf3")
     for short, name, default in (("-dp_o", "dp", 0.0), ("-tp_o", "tp", 0.0), ("-ep_o", "ep", 0.0), ("-pp_o", "pp", 1.0)):
         p.add_argument(short, f"--{name}_overlap_ratio", f"--{name}-overlap-ratio", dest=f"{name}_overlap",
@@ -191,7 +194,20 @@ def json_summary(result: Any, job: Any = None) -> dict[str, Any]:
             mfu = flops / (iteration_s * job.parallel.world_size * gpu_spec(job.training.gpu_type).bf16_tflops * 1e12)
     if flops and gpus and iteration_s > 0:
         out["tflops_per_gpu"] = flops / gpus / iteration_s / 1e12
+        out["model_tflops_per_gpu"] = out["tflops_per_gpu"]
     out["mfu"] = mfu
+    peak = details.peak_tflops if details is not None else None
+    if peak is None and job is not None:
+        from mocked_model.compute import gpu_spec, known_gpu
+
+        peak = gpu_spec(job.training.gpu_type).bf16_tflops if known_gpu(job.training.gpu_type) else None
+    if mfu is not None and peak:
+        out["mfu_basis"] = f"model FLOPs (Megatron's count, recomputation excluded) / dense bf16 peak {peak:g} TFLOP/s"
+    if details is not None and getattr(details, "hfu", None) is not None:
+        out["hardware_tflops_per_gpu"] = details.hfu * details.hfu_peak_tflops
+        out["hfu"] = details.hfu
+        out["hfu_basis"] = (f"every computation's FLOPs (recomputation included) / dense peak of the GEMMs' precision "
+                            f"{details.hfu_peak_tflops:g} TFLOP/s")
     for key in ("tp", "pp", "dp", "ep", "ga", "chunks", "gpus"):
         if key in result.setup:
             out[key] = result.setup[key]
@@ -209,6 +225,15 @@ def simulate_args(args: argparse.Namespace) -> tuple[Any, str, Any]:
     from simulator.options import SimAIOptions, TopoOptions
 
     notes: list[str] = _ns3_spellings(args)
+    if getattr(args, "gpu_spec", None) is not None:
+        from mocked_model.compute import gpu_spec
+        from utils.cli import gpu_spec_type
+
+        args.gpu_type = gpu_spec_type(args.gpu_spec, args.gpu_type)
+        spec = gpu_spec(args.gpu_type)  # a malformed file is one line naming the file and the field, before anything
+        args.gpu_spec = None
+        if args.peak_tflops is None:
+            args.peak_tflops = spec.bf16_tflops
     model = args.model or ("topo" if args.topology else "simai")
     if model not in api.MODELS:
         raise ConfigError(f"--model {model} is not available in this version (available: {', '.join(api.MODELS)})")
@@ -223,7 +248,10 @@ def simulate_args(args: argparse.Namespace) -> tuple[Any, str, Any]:
         stray = sorted(d for d in args.job_flags if hasattr(args, d))
         if stray:
             raise ConfigError(f"--{stray[0]} describes a job: give the job's flags without -w, or -w FILE without them")
-    gpu_type = _simai_gpu(args.gpu_type) if job is not None else args.gpu_type
+    from mocked_model.compute.gpus import is_spec_file
+
+    spec_file = args.gpu_type is not None and is_spec_file(args.gpu_type)
+    gpu_type = _simai_gpu(args.gpu_type) if job is not None or spec_file else args.gpu_type
     workload: Any = args.workload
     if workload is not None and args.lenient:
         workload = api.load_workload(workload)

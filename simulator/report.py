@@ -203,7 +203,10 @@ def _gbps(gibps: float | None) -> str:
 def _topo_summary(result: SimulationResult) -> str:
     s, d = result.setup, result.details
     assert d is not None
-    mfu = f"; MFU {d.mfu * 100:.1f}% of {d.peak_tflops:g} TFLOP/s" if d.mfu is not None else ""
+    mfu = f"; MFU {d.mfu * 100:.1f}% of the bf16 dense peak {d.peak_tflops:g} TFLOP/s" if d.mfu is not None else ""
+    if d.hfu is not None and d.hfu_peak_tflops:
+        mfu += (f"; hardware {d.hfu * d.hfu_peak_tflops:,.0f} TFLOP/s per GPU (recomputation included), "
+                f"{d.hfu * 100:.1f}% of {d.hfu_peak_tflops:g}")
     lines = [
         f"topo model: {result.workload_path}: tp {s.get('tp')} ep {s.get('ep')} pp {s.get('pp')} dp {s.get('dp')} "
         f"ga {s.get('ga')} chunks {s.get('chunks')}; {s.get('fabric')}; efficiency NVLink {s.get('nvlink_efficiency'):g} "

@@ -56,6 +56,21 @@ def peak_tflops(options: TopoOptions, gpu_type: str | None) -> float | None:
     return gpu_spec(gpu_type).bf16_tflops if known_gpu(gpu_type) else None
 
 
+def hardware_peak_tflops(options: TopoOptions, gpu_type: str | None, job: Any = None) -> float | None:
+    """The peak the hardware FLOPs utilisation divides by: the dense peak of the precision the job's GEMMs run in
+    (FP8 under ``--dtype float8``, else bf16), so that it can never exceed 1; ``--peak_tflops`` when given."""
+    if options.peak_tflops is not None:
+        return options.peak_tflops
+    from mocked_model.compute import gpu_spec, known_gpu
+
+    if not known_gpu(gpu_type):
+        return None
+    spec = gpu_spec(gpu_type)
+    if job is not None and job.training.fp8 and spec.fp8_tflops:
+        return spec.fp8_tflops
+    return spec.bf16_tflops
+
+
 def comm_sm_share(options: TopoOptions, gpu_type: str | None) -> float:
     """The share of a GPU's SMs an overlapped collective takes from the compute it overlaps: the GPU
     table's (:func:`mocked_model.compute.gpus.nccl_sm_share`), 0 for an unknown GPU type."""
@@ -306,7 +321,9 @@ class TopoModel:
         self._stage_costs: dict[tuple[int, str, str, int], tuple[Cost, Any]] = {}
         self._op_counts: dict[int, Counter] = {}
         self._p2p: dict[tuple[int, str, int], tuple[Cost, Any]] = {}
-        self.contention = comm_sm_share(options, getattr(fabric, "gpu_type", None))
+        self.gpu_name = (job.training.gpu_type if job is not None else None) or getattr(fabric, "gpu_type", None)
+        """The GPU the job runs on (its ``--gpu_type``, else the topology's): the MFU's peak, NCCL's SM share."""
+        self.contention = comm_sm_share(options, self.gpu_name)
         # --profile: collectives and p2p transfers are asked of the measured profile first (simulator.profiles)
         self.collective_cost = options.profile.collective_cost if options.profile is not None else collective_cost
         self.p2p_cost = options.profile.p2p_cost if options.profile is not None else p2p_cost
@@ -425,19 +442,23 @@ class TopoModel:
         reported = min(range(len(stages)), key=lambda s: (stages[s].bubble_us, s))
         layer_times = self._layer_times(scripts, compiled, occurrences, played)
         collectives = self._collectives(scripts, occurrences, extra_steps)
-        peak = peak_tflops(self.options, self.fabric.gpu_type)
-        model_flops = None
-        mfu = None
-        if self.job is not None or (flops and all(f is not None for f in flops)):
+        peak = peak_tflops(self.options, self.gpu_name)
+        model_flops = hardware_flops = mfu = hfu = None
+        missing = any("computation items have no time" in w for w in self.warnings)
+        if flops and all(f is not None for f in flops):
+            hardware_flops = sum(flops) * (self.world // self.pp)  # type: ignore[arg-type]
+        if self.job is not None or hardware_flops is not None:
             if self.job is not None:  # Megatron's formula, the convention of published MFU figures
                 from mocked_model.flops import model_flops as megatron_flops
 
                 model_flops = megatron_flops(self.job)
             else:
-                model_flops = sum(flops) * (self.world // self.pp)  # type: ignore[arg-type]
-            missing = any("computation items have no time" in w for w in self.warnings)
+                model_flops = hardware_flops
             if peak and iteration_s > 0 and not missing:
                 mfu = model_flops / (iteration_s * self.world * peak * 1e12)
+        gemm_peak = hardware_peak_tflops(self.options, self.gpu_name, self.job)
+        if hardware_flops is not None and gemm_peak and iteration_s > 0 and not missing:
+            hfu = hardware_flops / (iteration_s * self.world * gemm_peak * 1e12)
         st = stages[reported]
         dp_us = st.dp_exposed_us + st.other_exposed_us
         exposed_us = dp_us + st.dp_ep_exposed_us + st.tp_exposed_us + st.ep_exposed_us
@@ -450,7 +471,7 @@ class TopoModel:
             return trace_intervals(scripts, compiled, played)
 
         details = TopoDetails(iteration_s * 1e6, reported, stages, collectives, layer_times, mfu, model_flops, peak,
-                              intervals)
+                              intervals, hardware_flops=hardware_flops, hfu=hfu, hfu_peak_tflops=gemm_peak)
         lay = self.scripts.layout
         setup = dict(
             tp=lay["tp"], ep=lay["ep"], pp=lay["pp"], dp=lay["dp"], ga=lay["ga"], vpp=lay.get("vpp", lay["chunks"]),

@@ -97,8 +97,11 @@ class Interval:
 @dataclass
 class TopoDetails:
     """What ``--model topo`` adds to a result: the iteration time, every stage, every distinct
-    collective, per-layer times, MFU (None when FLOPs or compute times are unknown), the stage the
-    EndToEnd terms describe (the busiest: least bubble), and the trace intervals (built on demand)."""
+    collective, per-layer times, MFU (model FLOPs, Megatron's count without recomputation, against the dense bf16
+    peak, the published convention; None when FLOPs or compute times are unknown), the hardware FLOPs (every
+    computation item's, recomputation included) and their utilisation of the dense peak of the GEMMs' precision
+    (``hfu``, at most 1), the stage the EndToEnd terms describe (the busiest: least bubble), and the trace
+    intervals (built on demand)."""
 
     iteration_us: float
     reported_stage: int
@@ -109,3 +112,6 @@ class TopoDetails:
     model_flops: float | None
     peak_tflops: float | None
     intervals: Callable[[], list[Interval]] = field(repr=False, default=list)
+    hardware_flops: float | None = None
+    hfu: float | None = None
+    hfu_peak_tflops: float | None = None

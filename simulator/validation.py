@@ -56,10 +56,14 @@ class Case:
     topology_file: str
 
     def simulator_argv(self, topology_path: str) -> list[str]:
+        if not self.topology_flags:
+            return ["--model", "topo", "-g_p_s", "1", *self.job_flags]
         return ["-t", topology_path, *self.job_flags]
 
     def commands(self) -> str:
-        """The two shell commands that reproduce the row."""
+        """The shell commands that reproduce the row."""
+        if not self.topology_flags:
+            return "python -m simulator " + shlex.join([*self.simulator_argv(""), "--json"])
         topo = "python -m topo.gen " + shlex.join([*self.topology_flags, "-o", self.topology_file])
         sim = "python -m simulator " + shlex.join([*self.simulator_argv(self.topology_file), "--json"])
         return f"{topo} && {sim}"
@@ -67,7 +71,8 @@ class Case:
 
 _KORTHIKANTI = "Korthikanti et al. 2022, Table 5"
 _GPT = ("--seq_length", "2048", "--max_position_embeddings", "2048", "--vocab_size", "51200", "--dtype", "float16",
-        "--add_bias_linear", "--tensor_model_parallel_size", "8", "--micro_batch", "1", "--gpu_type", "A100")
+        "--add_bias_linear", "--tensor_model_parallel_size", "8", "--micro_batch", "1", "--gpu_type", "A100",
+        "--transformer_impl", "local")
 _FULL = ("--recompute_granularity", "full", "--scatter_gather_tensors_in_pipeline")
 _SELECTIVE = ("--recompute_granularity", "selective", "--enable_sequence_parallel")
 
@@ -93,39 +98,75 @@ def _korthikanti(name: str, hidden: int, heads: int, layers: int, gpus: int, pp:
 
 
 _NARAYANAN = "Narayanan et al. 2021, Table 1"
+_MEGATRON_2021 = ("--no_async_tensor_model_parallel_allreduce", "--no_gradient_accumulation_fusion")
+"""What the Megatron-LM of the SC21 scripts (commit de7dc40f88, August 2021) did not have yet: the asynchronous
+input-gradient all-reduce (2022) and the gradient-accumulation fusion (February 2022)."""
 
 
-def _narayanan(name: str, heads: int, hidden: int, layers: int, tp: int, pp: int, gpus: int, batch: int,
-               tflops_per_gpu: float) -> Case:
-    """A weak-scaling run; published seconds = the paper's FLOP count (recomputation included, sequence
-    2048, vocabulary 51200) / (achieved TFLOP/s per GPU x GPUs)."""
+def _narayanan(name: str, heads: int, hidden: int, layers: int, tp: int, pp: int, gpus: int, batch: int, micro: int,
+               layers_per_chunk: int | None, ddp: str, tflops_per_gpu: float) -> Case:
+    """A weak-scaling run as Megatron-LM's ``examples/sc21/run_table_1.sh`` ran it (micro-batch, interleaving,
+    ``--DDP-impl``; ``torch`` overlaps the gradient all-reduce with backward, ``local`` all-reduces after it), with
+    ``--checkpoint-activations`` (full recompute) and fp16; published seconds = the paper's FLOP count
+    (recomputation included, sequence 2048, vocabulary 51200) / (achieved TFLOP/s per GPU x GPUs)."""
     s, v = 2048, 51200
     flops = 96 * batch * s * layers * hidden**2 * (1 + s / (6 * hidden) + v / (16 * layers * hidden))
     flags = ["--hidden_size", str(hidden), "--num_attention_heads", str(heads), "--num_layers", str(layers),
              "--world_size", str(gpus), "--pipeline_model_parallel", str(pp), "--global_batch", str(batch), *_GPT, *_FULL]
     flags[flags.index("--tensor_model_parallel_size") + 1] = str(tp)
+    flags[flags.index("--micro_batch") + 1] = str(micro)
+    if layers_per_chunk is not None:
+        flags += ["--num_layers_per_virtual_pipeline_stage", str(layers_per_chunk)]
+    flags += ["--overlap_grad_reduce" if ddp == "torch" else "--no-overlap_grad_reduce", *_MEGATRON_2021]
     topo, path = _selene(gpus)
     return Case(f"GPT {name} weak scaling", _NARAYANAN, "narayanan2021", flops / (tflops_per_gpu * 1e12 * gpus),
                 tuple(flags), topo, path)
 
+
+_H200 = "H200 Megatron-core 0.19.2 steps (profiling/measurements/h200)"
+
+
+def _h200(name: str, step_ms: float, layers: int, hidden: int, heads: int, seq: int, micro: int, micro_batches: int,
+          vocab: int, *extra: str) -> Case:
+    """A single-GPU Megatron-core step on the H200 (``megatron_core_steps/<name>.json``, median of 3 after 2 warm-ups),
+    as it ran: the local layer spec without apex or Transformer Engine (``--transformer_impl local --no_apex``)."""
+    flags = ("--gpu_type", "H200", "--world_size", "1", "--num_layers", str(layers), "--hidden_size", str(hidden),
+             "--num_attention_heads", str(heads), "--seq_length", str(seq), "--max_position_embeddings", str(seq),
+             "--micro_batch", str(micro), "--global_batch", str(micro * micro_batches), "--vocab_size", str(vocab),
+             "--transformer_impl", "local", "--no_apex", *extra)
+    return Case(name, _H200, "h200_mcore", step_ms / 1e3, flags, (), "")
+
+
+_GPT_H200 = ("--add_bias_linear", "--attention_dropout", "0.1", "--hidden_dropout", "0.1")
+_LLAMA_H200 = ("--num_query_groups", "8", "--ffn_hidden_size", "14336", "--swiglu", "--normalization", "RMSNorm",
+               "--position_embedding_type", "rope", "--untie_embeddings_and_output_weights", "--attention_dropout", "0",
+               "--hidden_dropout", "0")
 
 CASES: list[Case] = [
     *_korthikanti("GPT 22B", 6144, 64, 48, 8, 1, 1, 4, 4, 1.42, 1.10),
     *_korthikanti("GPT 175B", 12288, 96, 96, 64, 8, 3, 64, 1, 18.13, 13.75),
     *_korthikanti("GPT 530B", 20480, 128, 105, 280, 35, 3, 280, 1, 49.05, 37.83),
     *_korthikanti("GPT 1T", 25600, 160, 128, 512, 64, 1, 512, 1, 94.42, 71.49),
-    _narayanan("1.7B", 24, 2304, 24, 1, 1, 32, 512, 137),
-    _narayanan("3.6B", 32, 3072, 30, 2, 1, 64, 512, 138),
-    _narayanan("7.5B", 32, 4096, 36, 4, 1, 128, 512, 142),
-    _narayanan("18.4B", 48, 6144, 40, 8, 1, 256, 1024, 135),
-    _narayanan("39.1B", 64, 8192, 48, 8, 2, 512, 1536, 138),
-    _narayanan("76.1B", 80, 10240, 60, 8, 4, 1024, 1792, 140),
-    _narayanan("145.6B", 96, 12288, 80, 8, 8, 1536, 2304, 148),
-    _narayanan("310.1B", 128, 16384, 96, 8, 16, 1920, 2160, 155),
-    _narayanan("529.6B", 128, 20480, 105, 8, 35, 2520, 2520, 163),
-    _narayanan("1008B", 160, 25600, 128, 8, 64, 3072, 3072, 163),
+    _narayanan("1.7B", 24, 2304, 24, 1, 1, 32, 512, 16, None, "torch", 137),
+    _narayanan("3.6B", 32, 3072, 30, 2, 1, 64, 512, 16, None, "torch", 138),
+    _narayanan("7.5B", 32, 4096, 36, 4, 1, 128, 512, 16, None, "torch", 142),
+    _narayanan("18.4B", 48, 6144, 40, 8, 1, 256, 1024, 8, None, "torch", 135),
+    _narayanan("39.1B", 64, 8192, 48, 8, 2, 512, 1536, 4, None, "local", 138),
+    _narayanan("76.1B", 80, 10240, 60, 8, 4, 1024, 1792, 2, 5, "local", 140),
+    _narayanan("145.6B", 96, 12288, 80, 8, 8, 1536, 2304, 2, 5, "local", 148),
+    _narayanan("310.1B", 128, 16384, 96, 8, 16, 1920, 2160, 1, 3, "local", 155),
+    _narayanan("529.6B", 128, 20480, 105, 8, 35, 2520, 2520, 1, 1, "local", 163),
+    _narayanan("1008B", 160, 25600, 128, 8, 64, 3072, 3072, 1, None, "local", 163),
+    _h200("gpt1p3b", 1337.733, 24, 2048, 16, 2048, 4, 4, 51200, *_GPT_H200),
+    _h200("gpt1p3b_full", 1814.254, 24, 2048, 16, 2048, 4, 4, 51200, *_GPT_H200, "--recompute_granularity", "full"),
+    _h200("gpt18p4b_4l", 1147.318, 4, 6144, 48, 2048, 8, 2, 51200, *_GPT_H200),
+    _h200("gpt175b_2l", 619.211, 2, 12288, 96, 2048, 1, 4, 51200, *_GPT_H200),
+    _h200("llama3_8b_8l_sel", 3835.878, 8, 4096, 32, 8192, 1, 4, 128256, *_LLAMA_H200,
+          "--recompute_granularity", "selective"),
+    _h200("llama3_8b_4l", 1586.495, 4, 4096, 32, 8192, 1, 4, 128256, *_LLAMA_H200),
+    _h200("llama3_8b_8l_sdpa", 1055.571, 8, 4096, 32, 8192, 1, 4, 128256, *_LLAMA_H200, "--use_flash_attn"),
 ]
-SUITES = {"korthikanti2022": _KORTHIKANTI, "narayanan2021": _NARAYANAN}
+SUITES = {"korthikanti2022": _KORTHIKANTI, "narayanan2021": _NARAYANAN, "h200_mcore": _H200}
 
 
 def run_case(case: Case, folder: str) -> dict:
@@ -133,6 +174,13 @@ def run_case(case: Case, folder: str) -> dict:
     from simulator.cli import build_parser, simulate_args
     from topo.gen import main as topo_main
 
+    if not case.topology_flags:  # a single GPU: the derived fabric
+        args = build_parser().parse_args(["--model", "topo", "-g_p_s", "1", *case.job_flags])
+        result, _source, _job = simulate_args(args)
+        simulated = result.iteration_us / 1e6
+        return {"case": case.name, "source": case.source, "published_s": case.published_s, "simulated_s": simulated,
+                "error_pct": (simulated / case.published_s - 1) * 100, "mfu": result.details.mfu,
+                "command": case.commands()}
     path = os.path.join(folder, case.topology_file)
     if not os.path.exists(path):
         with open(os.devnull, "w") as sink:
@@ -156,9 +204,10 @@ def build_parser() -> CliParser:
     p.add_argument("--json", action="store_true", help="print the rows as one JSON list on the last line")
     p.add_argument("--show", action="store_true", help="print the commands that reproduce each row")
     p.add_argument("-k", "--cases", metavar="TEXT", help="only the cases whose name contains TEXT")
-    p.add_argument("--suite", choices=[*SUITES, "all"], default="korthikanti2022",
-                   help="korthikanti2022 (the default, the bar: Korthikanti et al. 2022, Table 5), narayanan2021 "
-                        "(Narayanan et al. 2021's weak scaling, micro-batch 1 assumed) or all")
+    p.add_argument("--suite", choices=[*SUITES, "all"], default="all",
+                   help="korthikanti2022 (Korthikanti et al. 2022, Table 5), narayanan2021 (Narayanan et al. 2021's "
+                        "weak scaling as Megatron-LM's examples/sc21/run_table_1.sh ran it), h200_mcore (single-GPU "
+                        "Megatron-core steps measured on an H200) or all (the default)")
     return p
 
 
@@ -174,20 +223,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = []
     with tempfile.TemporaryDirectory() as folder:
         for case in cases:
-            rows.append(run_case(case, folder))
+            rows.append({**run_case(case, folder), "suite": case.suite})
             if not args.json:
                 row = rows[-1]
                 print(f"{row['case']:<28} {row['published_s']:>9.2f} s {row['simulated_s']:>9.2f} s "
                       f"{row['error_pct']:>+7.1f}%", flush=True)
                 if args.show:
                     print(f"    {row['command']}")
-    errors = [abs(r["error_pct"]) for r in rows]
     if args.json:
         print(json.dumps(rows))
-    else:
-        sources = "; ".join(dict.fromkeys(c.source for c in cases))
+        return 0
+    for suite, source in SUITES.items():
+        errors = [abs(r["error_pct"]) for r, c in zip(rows, cases) if c.suite == suite]
+        if not errors:
+            continue
         calculon = (f" (Calculon: {CALCULON_MEAN_ERROR_PCT}% mean on the same eight runs)"
-                    if args.suite == "korthikanti2022" and len(cases) == 8 else "")
-        print(f"{len(rows)} runs ({sources}; published vs simulated seconds per iteration): mean |error| "
+                    if suite == "korthikanti2022" and len(errors) == 8 else "")
+        print(f"{source}: {len(errors)} runs, published vs simulated seconds per iteration: mean |error| "
               f"{sum(errors) / len(errors):.2f}%, max {max(errors):.2f}%{calculon}")
     return 0

@@ -167,12 +167,28 @@ def resolve(given: dict[str, Any]) -> dict[str, Any]:
         values["moe_router_topk"] = DEFAULTS["moe_router_topk"]
     if label is None and given.get("model_size") is not None:
         label = size_label(given["model_size"], frame)  # the file names AICB's scripts give
+    spec_file = given.get("gpu_spec")
+    if spec_file is not None:
+        values["gpu_type"] = gpu_spec_type(spec_file, given.get("gpu_type"))
     values["model_name"] = label if label is not None else preset.name if preset is not None else None
     values["preset"] = preset
     values["_given"] = frozenset(given)
     if values["pp_rank"] == -1:
         values["pp_rank"] = 0
     return values
+
+
+def gpu_spec_type(path: str, gpu_type: str | None = None) -> str:
+    """The ``--gpu_type`` value ``--gpu_spec FILE`` stands for: the file's path, which the compute model reads
+    (:func:`mocked_model.compute.gpus.gpu_spec`).  One line for a missing file, a name that is not a JSON file, or
+    both flags at once."""
+    if gpu_type is not None:
+        raise ConfigError(f"--gpu_spec {path} names its GPU: give --gpu_spec or --gpu_type {gpu_type}, not both")
+    if not path.lower().endswith(".json"):
+        raise ConfigError(f"--gpu_spec {path}: a GPU spec file is JSON (its name ends in .json)")
+    if not os.path.isfile(path):
+        raise ConfigError(f"--gpu_spec {path}: no such file")
+    return path
 
 
 def _preset_flags(model: ModelConfig) -> dict[str, Any]:
@@ -272,8 +288,15 @@ def job_from(values: dict[str, Any]) -> JobConfig:
         gradient_accumulation_fusion=not values["no_gradient_accumulation_fusion"],
         accumulate_allreduce_grads_in_fp32=values["accumulate_allreduce_grads_in_fp32"],
         scatter_gather_tensors_in_pipeline=values["scatter_gather_tensors_in_pipeline"],
-        tp_comm_overlap=values["tp_comm_overlap"], extra=extra,
+        tp_comm_overlap=values["tp_comm_overlap"], transformer_impl=values["transformer_impl"],
+        async_tp_allreduce=not values["no_async_tensor_model_parallel_allreduce"],
+        attention_backend=values["attention_backend"], apex=not values["no_apex"],
+        masked_softmax_fusion=not values["no_masked_softmax_fusion"], apply_rope_fusion=not values["no_rope_fusion"],
+        bias_activation_fusion=not values["no_bias_gelu_fusion"], bias_dropout_fusion=not values["no_bias_dropout_fusion"],
+        cross_entropy_loss_fusion=values["cross_entropy_loss_fusion"], fp8_recipe=values["fp8_recipe"], extra=extra,
     )
+    if "fp8_recipe" in values.get("_given", ()) and not training.fp8:
+        raise ConfigError(f"--fp8_recipe {values['fp8_recipe']} needs --dtype float8 (got --dtype {values['dtype']})")
     global_batch = _global_batch(values)
     parallel = ParallelConfig(
         world_size=values["world_size"], tp=values["tensor_model_parallel_size"],

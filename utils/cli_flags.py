@@ -20,7 +20,7 @@ from utils.cli_types import (
     probability,
     spellings,
 )
-from utils.config import FRAMES
+from utils.config import ATTENTION_BACKENDS, FP8_RECIPES, FRAMES, TRANSFORMER_IMPLS
 from utils.model_config import NORMALIZATIONS, POSITION_EMBEDDINGS
 from utils.units import parse_size
 
@@ -46,16 +46,17 @@ class Switch(argparse.Action):
 
     def __init__(self, option_strings: Sequence[str], dest: str, negatable: bool = False, **kwargs: Any) -> None:
         names = list(option_strings)
+        self.negations: frozenset[str] = frozenset()
         if negatable:
-            for name in option_strings:
-                if name.startswith("--"):
-                    names += ["--no_" + name[2:], "--no-" + name[2:]]
+            negations = [f"--no{sep}{name[2:]}" for name in option_strings if name.startswith("--") for sep in "_-"]
+            self.negations = frozenset(negations)
+            names += negations
         kwargs.pop("type", None)
         super().__init__(list(dict.fromkeys(names)), dest, nargs="?", const=True, metavar="BOOL", **kwargs)
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
                  option_string: str | None = None) -> None:
-        on = not (option_string or "").startswith("--no")
+        on = option_string not in self.negations  # a flag named --no_X itself (--no_apex) is a positive switch
         if values is not True:
             text = str(values).strip().lower()
             if text not in _TRUE + _FALSE:
@@ -108,6 +109,9 @@ GENERAL = [
     _f(("--frame", "--comm_frame"), "Megatron", "training framework to mock (--comm_frame: AICB's older spelling)",
        type=str, choices=FRAMES),
     _f("--gpu_type", None, "GPU type (names the output files; selects the analytical compute model)", type=str),
+    _f("--gpu_spec", None, "a GPU spec file (JSON, python -m profiling fit-gpu writes one from a kernel sweep): its "
+       "measured figures price the computation instead of the GPU table's; it names the GPU, so give it instead of "
+       "--gpu_type", type=str),
     _f("--world_size", 1, "number of GPUs"),
     _f("--tensor_model_parallel_size", 1, "tensor-parallel size (tp)"),
     _f(("--pipeline_model_parallel", "--pipeline_model_parallel_size"), 1, "pipeline-parallel size (pp)"),
@@ -173,12 +177,33 @@ MEGATRON = [
     _switch("--scatter_gather_tensors_in_pipeline", "legacy Megatron-LM's p2p optimisation without sequence "
             "parallelism: each TP rank sends 1/tp of the activation, the receiver all-gathers it over TP"),
     _switch("--tp_comm_overlap", "TP collectives overlap the GEMMs (Megatron's --tp-comm-overlap)"),
+    _switch("--no_async_tensor_model_parallel_allreduce", "without sequence parallelism, the column-parallel "
+            "linear's input-gradient all-reduce waits before its weight-gradient GEMM instead of overlapping it "
+            "(Megatron-LM before 2022 and its flag)"),
     _switch(("--use-tp-pp-dp-mapping",), "rank order tp-cp-ep-pp-dp instead of Megatron's default tp-cp-ep-dp-pp"),
     _f("--ddp_bucket_size", None, "DP gradient bucket size in elements (default Megatron's: max(40M, 1M*dp))"),
     _switch("--recompute_activations", "selective activation recomputation"),
     _f("--recompute_granularity", None, "full or selective activation recomputation", type=str,
        choices=("full", "selective")),
     _switch("--no_create_attention_mask_in_dataloader", "no attention-mask broadcast in get_batch (Megatron's flag)"),
+    _f("--transformer_impl", "transformer_engine", "the layers' implementation (Megatron-LM's flag): Transformer "
+       "Engine's fused modules, or Megatron-core's local ones", type=str, choices=TRANSFORMER_IMPLS),
+    _f("--attention_backend", "auto", "attention kernel (Megatron-LM's flag): under Transformer Engine auto/flash/fused "
+       "run a flash-style kernel and unfused materialises the scores; local is Megatron-core's DotProductAttention "
+       "(flash with --use_flash_attn)", type=str, choices=ATTENTION_BACKENDS),
+    _switch("--no_apex", "the local path without apex or Transformer Engine installed: torch norms, fp32 softmax with "
+            "an explicit mask, no gradient-accumulation fusion, torch's AdamW and a host-synchronised gradient norm per "
+            "tensor (Megatron-core's fallbacks)"),
+    _switch("--no_masked_softmax_fusion", "materialised attention: cast to fp32, mask and softmax as separate kernels "
+            "(Megatron's flag)"),
+    _switch("--no_rope_fusion", "rotary embedding as eager torch operations instead of Transformer Engine's fused "
+            "kernel (Megatron's flag)"),
+    _switch(("--no_bias_gelu_fusion", "--no_bias_swiglu_fusion"), "bias and activation as separate eager kernels "
+            "(Megatron's flags)"),
+    _switch("--no_bias_dropout_fusion", "bias, dropout and residual add as separate eager kernels (Megatron's flag)"),
+    _switch("--cross_entropy_loss_fusion", "the vocab-parallel cross entropy in one fused kernel (Megatron's flag)"),
+    _f("--fp8_recipe", "delayed", "with --dtype float8: Transformer Engine's scaling recipe (Megatron-LM's flag): "
+       "delayed, tensorwise (current scaling), mxfp8 (Blackwell) or blockwise", type=str, choices=FP8_RECIPES),
 ]
 DEEPSPEED = [
     _f("--stage", 3, "ZeRO stage", choices=(1, 2, 3)),

@@ -19,6 +19,47 @@ FRAMES = ("Megatron", "DeepSpeed", "DeepSeek", "collective_test", "Inference")
 """``Inference`` is aicb.py's: its job (workload_generator.inference_entry) rides in ``extra``."""
 RECOMPUTE = ("none", "selective", "full")
 DISPATCHERS = ("alltoall", "allgather")
+TRANSFORMER_IMPLS = ("transformer_engine", "local")
+"""Megatron-LM's ``--transformer-impl``: Transformer Engine's modules (its default) or Megatron-core's local ones."""
+ATTENTION_BACKENDS = ("auto", "flash", "fused", "unfused", "local")
+"""Megatron-LM's ``--attention-backend`` (``AttnBackend``): under Transformer Engine, ``auto`` picks cuDNN's fused or
+the flash kernel, ``unfused`` is TE's materialised attention; ``local`` is Megatron-core's own ``DotProductAttention``."""
+FP8_RECIPES = ("delayed", "tensorwise", "mxfp8", "blockwise")
+"""Megatron-LM's ``--fp8-recipe``: delayed scaling (amax history), current per-tensor scaling, MXFP8 (1x32 block
+scales, Blackwell) and DeepSeek-style 1x128 / 128x128 blocks."""
+
+
+@dataclass(frozen=True)
+class KernelStack:
+    """Which kernels a Megatron training step launches: the software stack as the compute model and AIOB see it.
+
+    - ``te``: Transformer Engine's modules (``--transformer_impl transformer_engine``): LayerNorm fused into the
+      following linear (``TELayerNormColumnParallelLinear``), TE's attention, FP8 casts fused into its norms;
+    - ``fused_extensions``: apex or Transformer Engine is installed, so Megatron uses their fused norms,
+      multi-tensor optimizer kernels (fused Adam, ``multi_tensor_l2norm``/``scale``), its fused masked softmax and
+      the gradient-accumulation fusion; without them (``--no_apex`` on the local path) Megatron-core falls back to
+      torch norms, torch's AdamW, a host-synchronised norm per tensor and per-tensor copies;
+    - ``flash``: a flash/fused attention kernel, else materialised attention; ``fused_softmax``: the materialised
+      path's scale-mask-softmax in one kernel (else fp32 cast, mask, softmax, cast back);
+    - ``rope_fused`` (TE's fused RoPE), ``bias_act_fused`` / ``bda_fused`` (Megatron's jit-fused bias-GeLU/SwiGLU
+      and bias-dropout-add), ``ce_fused`` (``--cross_entropy_loss_fusion``), ``wgrad_accumulate`` (the weight
+      gradient accumulated into the fp32 main gradient in the GEMM's epilogue).
+    """
+
+    te: bool = True
+    fused_extensions: bool = True
+    flash: bool = True
+    fused_softmax: bool = True
+    rope_fused: bool = True
+    bias_act_fused: bool = True
+    bda_fused: bool = True
+    ce_fused: bool = False
+    wgrad_accumulate: bool = True
+
+    @property
+    def name(self) -> str:
+        """``te``, ``local`` (apex) or ``local-torch`` (no apex, no Transformer Engine)."""
+        return "te" if self.te else ("local" if self.fused_extensions else "local-torch")
 
 
 @dataclass(frozen=True)
@@ -49,6 +90,16 @@ class TrainingConfig:
     accumulate_allreduce_grads_in_fp32: bool = False
     scatter_gather_tensors_in_pipeline: bool = False
     tp_comm_overlap: bool = False
+    async_tp_allreduce: bool = True
+    transformer_impl: str = "transformer_engine"
+    attention_backend: str = "auto"
+    apex: bool = True
+    masked_softmax_fusion: bool = True
+    apply_rope_fusion: bool = True
+    bias_activation_fusion: bool = True
+    bias_dropout_fusion: bool = True
+    cross_entropy_loss_fusion: bool = False
+    fp8_recipe: str = "delayed"
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -77,6 +128,45 @@ class TrainingConfig:
             raise ConfigError(f"--moe_grouped_gemm needs --dtype bfloat16, got {self.dtype}")
         if self.ddp_bucket_size is not None and self.ddp_bucket_size < 1:
             raise ConfigError(f"--ddp_bucket_size must be a positive number of elements, got {self.ddp_bucket_size}")
+        if self.transformer_impl not in TRANSFORMER_IMPLS:
+            raise ConfigError(f"--transformer_impl {self.transformer_impl!r} is not one of {', '.join(TRANSFORMER_IMPLS)}")
+        if self.attention_backend not in ATTENTION_BACKENDS:
+            raise ConfigError(f"--attention_backend {self.attention_backend!r} is not one of {', '.join(ATTENTION_BACKENDS)}")
+        if self.fp8_recipe not in FP8_RECIPES:
+            raise ConfigError(f"--fp8_recipe {self.fp8_recipe!r} is not one of {', '.join(FP8_RECIPES)}")
+        te = self.transformer_impl == "transformer_engine"
+        if te and not self.apex:
+            raise ConfigError("--no_apex describes Megatron-core's local path without apex or Transformer Engine; "
+                              "--transformer_impl transformer_engine brings Transformer Engine's fused kernels "
+                              "(use --transformer_impl local --no_apex)")
+        if not te and self.attention_backend in ("fused", "unfused"):
+            raise ConfigError(f"--attention_backend {self.attention_backend} selects a Transformer Engine attention; "
+                              "--transformer_impl local runs Megatron-core's DotProductAttention (--attention_backend "
+                              "local, or --use_flash_attn for the flash-attn package)")
+        if self.fp8 and not te:
+            raise ConfigError("--dtype float8 trains through Transformer Engine's FP8 GEMMs; it needs --transformer_impl "
+                              "transformer_engine")
+
+    @property
+    def stack(self) -> KernelStack:
+        """The kernels this job's software stack launches (:class:`KernelStack`), from ``--transformer_impl``,
+        ``--attention_backend``, ``--use_flash_attn``, ``--no_apex`` and Megatron's fusion flags."""
+        te = self.transformer_impl == "transformer_engine"
+        if te:
+            flash = self.attention_backend != "unfused"
+        else:
+            flash = self.use_flash_attn or self.attention_backend == "flash"
+        return KernelStack(
+            te=te, fused_extensions=self.apex, flash=flash,
+            fused_softmax=self.masked_softmax_fusion and self.apex,
+            rope_fused=self.apply_rope_fusion and te, bias_act_fused=self.bias_activation_fusion,
+            bda_fused=self.bias_dropout_fusion, ce_fused=self.cross_entropy_loss_fusion,
+            wgrad_accumulate=self.gradient_accumulation_fusion and self.apex)
+
+    @property
+    def flash_attention(self) -> bool:
+        """Whether attention runs a flash/fused kernel (no ``s x s`` scores in memory)."""
+        return self.stack.flash
 
     @property
     def fp8(self) -> bool:

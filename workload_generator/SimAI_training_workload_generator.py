@@ -30,8 +30,10 @@ PROG = "SimAI_training_workload_generator"
 
 
 def default_simai_path(job: JobConfig, values: dict[str, Any]) -> str:
+    from mocked_model.compute.gpus import gpu_label
+
     p, t = job.parallel, job.training
-    name = (f"{t.gpu_type}-{values.get('model_name') or job.model.name}-world_size{p.world_size}-tp{p.tp}-pp{p.pp}"
+    name = (f"{gpu_label(t.gpu_type)}-{values.get('model_name') or job.model.name}-world_size{p.world_size}-tp{p.tp}-pp{p.pp}"
             f"-ep{p.ep}-gbs{p.global_batch}-mbs{p.micro_batch}-seq{t.seq_length}-MOE-{job.model.is_moe}"
             f"-GEMM-{t.moe_grouped_gemm}-flash_attn-{t.use_flash_attn}.txt")
     return os.path.join(values.get("output_dir") or "results", "workload", name.replace("/", "_").replace("*", "x"))

@@ -1,9 +1,12 @@
 """The compute model: what each computation of a training step costs on a GPU we may not have.
 
 - :mod:`~mocked_model.compute.gpus`: the GPU table (peaks, HBM, SMs, NVLink; each figure cited);
-- :mod:`~mocked_model.compute.kernels`: the cost laws (GEMM tiles and waves, memory-bound kernels,
-  flash attention, launch costs);
-- :mod:`~mocked_model.compute.ops`: the kernels each mocked operation launches.
+- :mod:`~mocked_model.compute.kernels`: the cost laws (GEMM tiles and waves at the sustained clock, memory-bound
+  kernels per kind, flash attention, launch costs);
+- :mod:`~mocked_model.compute.ops`: the kernels each mocked operation launches (training per software stack in
+  :mod:`~mocked_model.compute.training_ops`, inference in :mod:`~mocked_model.compute.inference_ops`);
+- :mod:`~mocked_model.compute.calibrate` and :mod:`~mocked_model.compute.spec_file`: a GPU's figures fitted from a
+  kernel sweep, and the ``--gpu_spec`` files that carry them.
 
 One model serves every consumer: the SimAI generator's ``--gpu_type`` times, the AIOB file estimates
 (``python -m mocked_model.aiob.estimate``) and the topo simulator.  No torch here.
@@ -18,11 +21,12 @@ from mocked_model.compute.kernels import KIND_BYTES, GemmShape, dtype_kind, gemm
 from mocked_model.compute.ops import Kernel, Precision, kernels_of, price_key
 
 
-def precision(dtype: str) -> Precision:
+def precision(dtype: str, gpu: GPUSpec | str | None = None) -> Precision:
     """GEMM input kind and activation bytes of ``--dtype``: FP8 trains as Transformer Engine does, with
-    FP8 GEMM inputs and bf16 activations."""
+    FP8 GEMM inputs and bf16 activations (and, before Blackwell, transposed FP8 copies for backward)."""
     kind = dtype_kind(dtype)
-    return Precision(kind, 2 if kind == "fp8" else KIND_BYTES[kind])
+    transpose = gpu is None or not gpu_spec(gpu).mx_formats
+    return Precision(kind, 2 if kind == "fp8" else KIND_BYTES[kind], transpose)
 
 
 def item_kernels(item, dtype: str = "bfloat16") -> list[Kernel] | None:
@@ -32,10 +36,10 @@ def item_kernels(item, dtype: str = "bfloat16") -> list[Kernel] | None:
 
 def estimate_ns(item, gpu: GPUSpec | str, dtype: str = "bfloat16") -> float | None:
     """Estimated time in ns of one computation item on ``gpu`` (None when the model has no law for it)."""
-    kernels = item_kernels(item, dtype)
+    spec = gpu_spec(gpu)
+    kernels = kernels_of(item, precision(dtype, spec))
     if kernels is None:
         return None
-    spec = gpu_spec(gpu)
     return sum(k.ns(spec) for k in kernels)
 
 
@@ -46,7 +50,7 @@ def estimator(gpu: GPUSpec | str, dtype: str = "bfloat16", prices: dict | None =
     layers' items differ only in their layer index and names); ``prices`` (a dict the caller keeps, e.g.
     a simulation session) holds the prices across estimators of the same GPU and dtype."""
     spec = gpu_spec(gpu)
-    p = precision(dtype)
+    p = precision(dtype, spec)
     if p.kind == "fp8":
         spec.peak_flops("fp8")  # a GPU without FP8 tensor cores is a one-line error here, not per item
     cache: dict = {} if prices is None else prices.setdefault((spec, p), {})

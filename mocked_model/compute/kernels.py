@@ -5,9 +5,11 @@ and 3): cuBLAS cuts the ``m x n`` output into tiles (256x128 down to 64x64), one
 and runs the blocks in waves of one per SM.  So::
 
     t = T0 + waves * tile_time + exposed epilogue            (compute side)
-    tile_time = 2 * tm * tn * (k + K_FILL) / (peak / SMs * gemm_eff * tile_factor)
+    tile_time = 2 * tm * tn * (k + K_FILL) / (tensor peak / SMs * gemm_eff * tile_factor)
     waves = ceil(tiles * split / SMs)
 
+- the tensor peak is the datasheet's at the *sustained* SM clock (:meth:`GPUSpec.tensor_flops`): a GPU
+  under a long GEMM-heavy load is power-bound (the H200 held 1485 MHz of its 1830);
 - tile quantisation: a partial tile costs a whole one; wave quantisation: a partial wave costs a whole
   one; cuBLAS picks the tile (and a split of ``k`` when there are fewer tiles than SMs, with the
   partial sums reduced in fp32) that finishes first, which we emulate by taking the minimum;
@@ -23,12 +25,18 @@ and runs the blocks in waves of one per SM.  So::
 ``T0`` (5.5 us) is the fixed cost of a cuBLAS GEMM launch, its ramp and tail: the floor of OpenXLA's
 measured H100 table (256 x 512 x 256 and other tiny shapes take 5.9 us, see bench/check_gemm_law.py).
 
-Memory-bound kernels (``memory_ns``): ``KERNEL_NS + bytes / (HBM * mem_eff)`` per launch group.
-``KERNEL_NS`` is the cost of one small kernel in a stream: launch gap plus ramp (2-4 us between
-back-to-back kernels in Nsight Systems timelines of PyTorch eager on A100/H100); 3 us.
+Memory-bound kernels (``memory_ns``): ``kernels * kernel_us + bytes / (HBM * mem_eff[kind])``: each kind of
+kernel (a copy, a norm, an fp32 softmax, ...) reaches its own measured share of the HBM rate
+(:data:`mocked_model.compute.gpus.MEMORY_KINDS`), plus a fixed cost per launch (the gaps between kernels).
 
-Flash attention (``flash_attention_ns``): its FLOPs at ``attn_*_eff`` of the bf16 peak, never faster
-than its Q, K, V, O traffic through HBM.
+Flash attention (``flash_attention_ns``): ``T0 + (FLOPs + attn_cta * thread blocks * block FLOPs) / (attn_eff *
+tensor peak)``: each thread block (a 128-row query tile) costs, beside its work, the work of ``attn_cta`` key/value
+blocks (loading its queries, the softmax's rescaling, writing its output).  NVIDIA's cuDNN SDPA benchmark on H200
+(causal, head 128, 64 heads, sequence 2k-32k, cudnn-frontend ``benchmark/sdpa_benchmark_training``) follows it within
+3% forward (efficiency 0.711 of the datasheet peak, ``attn_cta`` 2.84) and FlashAttention-2's A100 curve (batch x
+sequence 16k, 512-16k) within 1%.  Published kernel figures are taken to run at the datasheet clock; inside a
+training step attention runs at the sustained clock like the GEMMs (the H200's in-step cuDNN kernels took 1006 /
+3079 us forward / backward where the benchmark's law at the sustained clock gives 1050 / 3040).
 """
 
 from __future__ import annotations
@@ -43,8 +51,6 @@ GEMM_T0_NS = 5500.0
 """Fixed cost of one GEMM kernel (launch, ramp, tail): OpenXLA's H100 table bottoms out at 5.9 us."""
 K_FILL = 64
 """k-steps of software-pipeline fill per tile (half of 4 stages x 32)."""
-KERNEL_NS = 3000.0
-"""Cost of one small memory-bound kernel in a stream (launch gap and ramp; 2-4 us in eager timelines)."""
 TILES: tuple[tuple[int, int, float], ...] = (
     # (rows, columns, share of the main-loop rate): operand reuse tm*tn/(tm+tn) of 85 (256x128),
     # 64 (128x128), 43 (128x64), 32 (64x64); the guide's figure 5 shows the smaller tiles' rates falling
@@ -53,6 +59,9 @@ TILES: tuple[tuple[int, int, float], ...] = (
 )
 MIN_SPLIT_K = 256
 """Smallest k-slice cuBLAS's split-k gives one thread block."""
+ATTENTION_TILE = 128
+"""Query rows of one flash-attention thread block, and keys of one key/value block (FlashAttention-2/3 and cuDNN's
+Hopper kernels: 128 x 128)."""
 
 DTYPE_KIND = {"float8": "fp8", "fp8": "fp8", "bfloat16": "bf16", "bf16": "bf16", "float16": "bf16", "fp16": "bf16",
               "half": "bf16", "float32": "fp32", "fp32": "fp32", "float": "fp32"}
@@ -95,12 +104,16 @@ class GemmShape:
         return self.batch * (self.m * self.k + self.k * self.n) * size + self.out_traffic
 
 
+def _stream_rate(gpu: GPUSpec) -> float:
+    return gpu.hbm_bytes_per_s * gpu.memory_efficiency("stream")
+
+
 def gemm_ns(shape: GemmShape, gpu: GPUSpec | str) -> float:
     """Time of one GEMM kernel (ns) by the tile and wave law of the module docstring."""
     gpu = gpu_spec(gpu)
     m, n, k = max(shape.m, 1), max(shape.n, 1), max(shape.k, 1)
-    per_sm = gpu.peak_flops(shape.kind) * gpu.gemm_efficiency(shape.kind) / gpu.sms
-    hbm = gpu.hbm_bytes_per_s * gpu.mem_eff
+    per_sm = gpu.tensor_flops(shape.kind) * gpu.gemm_efficiency(shape.kind) / gpu.sms
+    hbm = _stream_rate(gpu)
     best = math.inf
     for tm, tn, factor in TILES:
         tiles = shape.batch * math.ceil(m / tm) * math.ceil(n / tn)
@@ -117,22 +130,37 @@ def gemm_ns(shape: GemmShape, gpu: GPUSpec | str) -> float:
     return GEMM_T0_NS + max(best + epilogue, memory) * 1e9
 
 
-def memory_ns(nbytes: float, gpu: GPUSpec | str, kernels: int = 1) -> float:
-    """``kernels`` memory-bound kernels moving ``nbytes`` bytes through HBM in all (ns)."""
+def memory_ns(nbytes: float, gpu: GPUSpec | str, kernels: int = 1, kind: str = "stream") -> float:
+    """``kernels`` memory-bound kernels of ``kind`` moving ``nbytes`` bytes through HBM in all (ns)."""
     gpu = gpu_spec(gpu)
     if kernels <= 0:
         return 0.0
-    return kernels * KERNEL_NS + nbytes / (gpu.hbm_bytes_per_s * gpu.mem_eff) * 1e9
+    return kernels * gpu.kernel_ns + nbytes / (gpu.hbm_bytes_per_s * gpu.memory_efficiency(kind)) * 1e9
 
 
-def flash_attention_ns(flops: float, io_bytes: float, gpu: GPUSpec | str, backward: bool = False) -> float:
-    """One flash-attention kernel doing ``flops`` (the causal work actually computed) over ``io_bytes``
-    of HBM traffic, at the GPU's flash efficiency of the bf16 peak (FP8 recipes keep attention in bf16)."""
+def flash_attention_ns(flops: float, io_bytes: float, gpu: GPUSpec | str, backward: bool = False,
+                       cta_flops: float = 0.0) -> float:
+    """One flash-attention kernel doing ``flops`` (the causal work actually computed) over ``io_bytes`` of HBM
+    traffic, at the GPU's flash efficiency of the bf16 tensor peak at the sustained clock (FP8 recipes keep
+    attention in bf16), plus ``attn_*_cta`` key/value blocks of overhead per thread block (``cta_flops``: thread
+    blocks x the FLOPs of one block; 0 for a decode kernel, priced by its traffic)."""
     gpu = gpu_spec(gpu)
     eff = gpu.attn_bwd_eff if backward else gpu.attn_fwd_eff
-    compute = flops / (gpu.peak_flops("bf16") * eff)
-    memory = io_bytes / (gpu.hbm_bytes_per_s * gpu.mem_eff)
+    compute = (flops + (gpu.attn_bwd_cta if backward else gpu.attn_fwd_cta) * cta_flops) / (gpu.tensor_flops("bf16") * eff)
+    memory = io_bytes / _stream_rate(gpu)
     return GEMM_T0_NS + max(compute, memory) * 1e9
+
+
+def attention_work(batch: int, heads: int, seq: int, head_dim: int, v_dim: int, causal: bool = True,
+                   backward: bool = False, kv_seq: int | None = None) -> tuple[float, float]:
+    """FLOPs of one flash-attention kernel and its ``cta_flops`` (thread blocks x one key/value block's FLOPs):
+    forward ``2 b h s_q s_kv (d + dv)`` (half when causal over a square), backward 2.5x (FlashAttention-2, section
+    3.1: it recomputes the scores)."""
+    kv = seq if kv_seq is None else kv_seq
+    scale = 2.5 if backward else 1.0
+    flops = 2.0 * batch * heads * seq * kv * (head_dim + v_dim) * (0.5 if causal and kv == seq else 1.0) * scale
+    blocks = batch * heads * math.ceil(seq / ATTENTION_TILE)
+    return flops, blocks * 2.0 * ATTENTION_TILE * ATTENTION_TILE * (head_dim + v_dim) * scale
 
 
 def gemm_tflops(m: int, n: int, k: int, gpu: GPUSpec | str, dtype: str = "bfloat16") -> float:
