@@ -7,7 +7,10 @@
     python -m profiling simai-busbw --profile profiles/ --network_device h100_dgx --tp 8 --dp 16 -o busbw.yaml
     python -m profiling aiob --profile profiles/ --compute_sku h100 --gpu_type H100 <job flags> -o aiob.txt
     python -m profiling show profiles/
+    python -m profiling kernels -o kernels.json [--device cuda|cpu] [--quick] [--sustained_s 20]  # kernel sweep
+    python -m profiling fit-gpu kernels.json --base H200 -o H200.json                          # GPU spec file
     python -m simulator --profile profiles/ --network_device h100_dgx ...                            # use it
+    python -m simulator --gpu_spec H200.json ...                                                   # use the spec
 
 Bad input ends with one line naming it and exit status 2, and writes nothing.
 """
@@ -49,9 +52,18 @@ def int_list(text: str) -> list[int]:
     return values
 
 
+def device(text: str) -> str:
+    """``--device`` of ``kernels``: ``cuda``, ``cuda:N`` or ``cpu``."""
+    value = text.strip().lower()
+    if value in ("cpu", "cuda") or (value.startswith("cuda:") and value[5:].isdigit()):
+        return value
+    raise argparse.ArgumentTypeError(f"expected cuda, cuda:N or cpu, got {text!r}")
+
+
 def build_parser() -> CliParser:
     p = CliParser(prog=PROG, description="Measure a profiling database (collectives per node wiring, kernels per GPU "
-                                         "type), fit the simulator's link model to it, and export it for SimAI.")
+                                         "type), fit the simulator's link model to it, and export it for SimAI; sweep "
+                                         "a GPU's kernels (kernels) and fit a GPU spec file to them (fit-gpu).")
     sub = p.add_subparsers(dest="command", required=True, parser_class=CliParser)
 
     n = sub.add_parser("network", help="under torchrun: sweep every collective over sizes and group shapes")
@@ -124,6 +136,25 @@ def build_parser() -> CliParser:
 
     s = sub.add_parser("show", help="what a database holds")
     s.add_argument("profile", metavar="DIR")
+
+    g = sub.add_parser("kernels", help="time GEMMs, memory-bound kernels, attention and the sustained clock on this "
+                       "GPU (the sweep fit-gpu reads)")
+    g.add_argument("-o", "--output", required=True, metavar="FILE", help="the sweep's JSON")
+    g.add_argument("--device", type=device, metavar="DEV", help="cuda, cuda:N or cpu (default: the GPU when "
+                   "there is one; a CPU run checks the pipeline only)")
+    g.add_argument("--quick", action="store_true", help="every size / 32 and few loops: seconds on a CPU (a GPU "
+                   "keeps the 8192^3 clock probe)")
+    g.add_argument("--sustained_s", "--sustained-s", type=positive_number, metavar="SECONDS",
+                   help="seconds of the sustained 8192^3 GEMM clock probe (default 20; 2 with --quick)")
+    g.add_argument("--dtype", default="bf16", choices=("bf16",), help="GEMM and activation type (bf16, what the "
+                   "fits read)")
+
+    f = sub.add_parser("fit-gpu", help="fit a GPU spec file (--gpu_spec) to a kernel sweep")
+    f.add_argument("kernels", metavar="KERNELS.json", help="a kernel sweep (python -m profiling kernels)")
+    f.add_argument("--base", required=True, metavar="GPU", help="the GPU table entry whose figures fill what the "
+                   "sweep does not measure (H200, H100, ...)")
+    f.add_argument("--name", metavar="NAME", help="the --gpu_type the spec answers to (default: the base's name)")
+    f.add_argument("-o", "--output", required=True, metavar="FILE", help="the spec file (JSON)")
     return p
 
 
@@ -290,14 +321,29 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_kernels(args: argparse.Namespace, argv: list[str]) -> int:
+    from profiling import kernels
+
+    return kernels.run(args, argv)
+
+
+def cmd_fit_gpu(args: argparse.Namespace) -> int:
+    from profiling import fit_gpu
+
+    return fit_gpu.run(args)
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     if args.command == "network":
         from profiling.network import run
 
         return run(args)
+    if args.command == "kernels":
+        return cmd_kernels(args, argv)
     handlers = {"compute": cmd_compute, "nccl-tests": cmd_nccl_tests, "calibrate": cmd_calibrate,
-                "simai-busbw": cmd_simai_busbw, "aiob": cmd_aiob, "show": cmd_show}
+                "simai-busbw": cmd_simai_busbw, "aiob": cmd_aiob, "show": cmd_show, "fit-gpu": cmd_fit_gpu}
     return handlers[args.command](args)
 
 

@@ -200,12 +200,12 @@ def compute_bound_s(job: Any, gpu: str, cache: dict | None = None) -> float:
     which the last stage waits for ``p - 1`` chunk forwards upstream.  Every collective, p2p transfer and
     other idle time only adds to it, so no simulation of the layout can come out faster.  ``cache``
     keeps each distinct layer's times between calls (layers of one kind and shape cost the same)."""
-    from mocked_model.compute import estimator
+    from mocked_model.compute import estimator, host_us
     from mocked_model.megatron import MegatronContext, TransformerLayer, chunk_layout
 
     cache = {} if cache is None else cache
     p, t, m = job.parallel, job.training, job.model
-    estimate = estimator(gpu, t.dtype)
+    estimate = estimator(gpu, t.dtype, host=host_us(t))
     ctx = MegatronContext.of(job)
 
     def layer_times(layer: int) -> tuple[float, float]:

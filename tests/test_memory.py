@@ -18,10 +18,12 @@ TINY = ModelConfig(name="tiny", hidden_size=64, num_layers=2, num_attention_head
                    vocab_size=256, max_position_embeddings=64)
 
 
-def tiny(recompute="none", sp=False, dist_opt=False, dtype="bfloat16") -> JobConfig:
-    # tp 2, dp 2, sequence 32, micro-batch 1: s*b*h = 32 * 64 = 2048
+def tiny(recompute="none", sp=False, dist_opt=False, dtype="bfloat16", impl="local") -> JobConfig:
+    # tp 2, dp 2, sequence 32, micro-batch 1: s*b*h = 32 * 64 = 2048; Megatron's local layers, whose materialised
+    # attention Korthikanti et al.'s Table 2 counts (Transformer Engine's default runs flash attention)
     parallel = ParallelConfig(world_size=4, tp=2, micro_batch=1, global_batch=2, sequence_parallel=sp)
-    training = TrainingConfig(seq_length=32, recompute=recompute, use_distributed_optimizer=dist_opt, dtype=dtype)
+    training = TrainingConfig(seq_length=32, recompute=recompute, use_distributed_optimizer=dist_opt, dtype=dtype,
+                              transformer_impl=impl)
     return JobConfig(TINY, parallel, training)
 
 
@@ -36,6 +38,14 @@ def tiny(recompute="none", sp=False, dist_opt=False, dtype="bfloat16") -> JobCon
 ])
 def test_layer_activations_follow_table_2(recompute, sp, expected):
     assert layer_activation_bytes(tiny(recompute, sp), 0) == expected
+
+
+def test_flash_attention_keeps_no_scores():
+    # Transformer Engine's default (flash attention): no s x s scores, softmax output or dropout mask; the attention
+    # output (2sbh/t) and the fp32 log-sum-exp per row and head (4 * b * a * s / t = 4 * 4 * 32 / 2 = 256) instead
+    # of the materialised path's 5as/(ht) * sbh = 10,240 (no recomputation, no SP):
+    # sbh(10 + 24/t) + 2sbh/t + 256 = 45,056 + 2,048 + 256 = 47,360
+    assert layer_activation_bytes(tiny(impl="transformer_engine"), 0) == 2048 * (10 + 24 / 2) + 2048 + 256
 
 
 def test_weights_and_optimizer_of_a_small_model():
@@ -83,7 +93,7 @@ def test_gpt3_175b_on_korthikantis_layout_follows_the_paper():
     # 96 * (1 + 7/24) = 124 layers' worth (Megatron's interleaving penalty; section 4.2.3).
     job, _ = parse_job("--model_name gpt3_175B --world_size 64 --tensor_model_parallel_size 8 --pipeline_model_parallel 8 "
                        "--num_virtual_stages_per_pipeline_rank 3 --global_batch 64 --seq_length 2048 "
-                       "--enable_sequence_parallel --recompute_granularity selective".split(), "t", "")
+                       "--enable_sequence_parallel --recompute_granularity selective --transformer_impl local".split(), "t", "")
     est = estimate_memory(job, "A100")
     first = est.stages[0]
     terms = {t.name: t.bytes for t in first.terms}
@@ -95,7 +105,8 @@ def test_gpt3_175b_on_korthikantis_layout_follows_the_paper():
     # without SP and recomputation the paper's 10 + 24/t + 5as/(ht) per layer, 8 micro-batches in flight
     # (1F1B, p = 8): it no longer fits an 80 GB A100, and the warning names the largest term
     plain, _ = parse_job("--model_name gpt3_175B --world_size 64 --tensor_model_parallel_size 8 "
-                         "--pipeline_model_parallel 8 --global_batch 64 --seq_length 2048".split(), "t", "")
+                         "--pipeline_model_parallel 8 --global_batch 64 --seq_length 2048 --transformer_impl local".split(),
+                         "t", "")
     s, b, h, t, a = 2048, 1, 12288, 8, 96
     assert layer_activation_bytes(plain, 0) == s * b * h * (10 + 24 / t + 5 * a * s / (h * t))
     big = estimate_memory(plain, "A100")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import subprocess
 import sys
 
@@ -106,13 +107,15 @@ def test_a_job_simulated_with_both_profiles_says_what_was_measured(database):
                    "--network_device", "cpu_gloo", "--compute_sku", "cpu", "-r", "job-", "--json", cwd=cwd)
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout.strip().splitlines()[-1])
-    # every computation of the job was profiled above (same job, same dtype): all measured
-    assert "computations (59 distinct, compute profile cpu, compute model H100): 59 measured; 100% of their time " \
-           "from measurements" in summary["sources"]
+    # every computation of the job was profiled above (same job, same dtype): all measured; what the profile does
+    # not time (the optimizer's kernels besides Adam: the NaN check, norm, copies, zeroing) comes from the model
+    assert "computations (59 distinct, compute profile cpu, compute model H100): 59 measured; " in summary["sources"]
+    share = re.search(r"59 measured; (\d+)% of their time from measurements", summary["sources"])
+    assert share and 95 <= int(share.group(1)) <= 100
     assert "network profile cpu_gloo" in summary["sources"]
     # SimAI's model: -nv and -nic from the measured busbw, the job's computations from the compute profile
     simai = run_cli("-m", "simulator", *JOB, "--gpu_type", "H100", "--model", "simai", "-g_p_s", "2", "-n_p_s", "2",
                     "--profile", "db", "--compute_sku", "cpu", "-r", "simai-", cwd=cwd)
     assert simai.returncode == 0, simai.stderr
     assert "sources: simai model: -nv " in simai.stdout and "from cpu_gloo (all_reduce busbw" in simai.stdout
-    assert "measured; 100% of their time from measurements" in simai.stdout
+    assert re.search(r"measured; (9[5-9]|100)% of their time from measurements", simai.stdout)

@@ -293,7 +293,8 @@ def job_from(values: dict[str, Any]) -> JobConfig:
         attention_backend=values["attention_backend"], apex=not values["no_apex"],
         masked_softmax_fusion=not values["no_masked_softmax_fusion"], apply_rope_fusion=not values["no_rope_fusion"],
         bias_activation_fusion=not values["no_bias_gelu_fusion"], bias_dropout_fusion=not values["no_bias_dropout_fusion"],
-        cross_entropy_loss_fusion=values["cross_entropy_loss_fusion"], fp8_recipe=values["fp8_recipe"], extra=extra,
+        cross_entropy_loss_fusion=values["cross_entropy_loss_fusion"], fp8_recipe=values["fp8_recipe"],
+        cuda_graph_impl=values["cuda_graph_impl"], extra=extra,
     )
     if "fp8_recipe" in values.get("_given", ()) and not training.fp8:
         raise ConfigError(f"--fp8_recipe {values['fp8_recipe']} needs --dtype float8 (got --dtype {values['dtype']})")

@@ -20,7 +20,7 @@ from utils.cli_types import (
     probability,
     spellings,
 )
-from utils.config import ATTENTION_BACKENDS, FP8_RECIPES, FRAMES, TRANSFORMER_IMPLS
+from utils.config import ATTENTION_BACKENDS, CUDA_GRAPH_IMPLS, FP8_RECIPES, FRAMES, TRANSFORMER_IMPLS
 from utils.model_config import NORMALIZATIONS, POSITION_EMBEDDINGS
 from utils.units import parse_size
 
@@ -202,6 +202,9 @@ MEGATRON = [
             "(Megatron's flags)"),
     _switch("--no_bias_dropout_fusion", "bias, dropout and residual add as separate eager kernels (Megatron's flag)"),
     _switch("--cross_entropy_loss_fusion", "the vocab-parallel cross entropy in one fused kernel (Megatron's flag)"),
+    _f("--cuda_graph_impl", "none", "CUDA graphs (Megatron-LM's flag): none, per-layer graphs (local, "
+       "transformer_engine) or full_iteration; graphed kernels skip PyTorch's per-launch host cost", type=str,
+       choices=CUDA_GRAPH_IMPLS),
     _f("--fp8_recipe", "delayed", "with --dtype float8: Transformer Engine's scaling recipe (Megatron-LM's flag): "
        "delayed, tensorwise (current scaling), mxfp8 (Blackwell) or blockwise", type=str, choices=FP8_RECIPES),
 ]

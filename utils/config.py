@@ -24,6 +24,9 @@ TRANSFORMER_IMPLS = ("transformer_engine", "local")
 ATTENTION_BACKENDS = ("auto", "flash", "fused", "unfused", "local")
 """Megatron-LM's ``--attention-backend`` (``AttnBackend``): under Transformer Engine, ``auto`` picks cuDNN's fused or
 the flash kernel, ``unfused`` is TE's materialised attention; ``local`` is Megatron-core's own ``DotProductAttention``."""
+CUDA_GRAPH_IMPLS = ("none", "local", "transformer_engine", "full_iteration")
+"""Megatron-LM's ``--cuda-graph-impl``: no CUDA graphs, per-layer graphs (Megatron's or Transformer Engine's
+capture), or the whole forward-backward as one graph."""
 FP8_RECIPES = ("delayed", "tensorwise", "mxfp8", "blockwise")
 """Megatron-LM's ``--fp8-recipe``: delayed scaling (amax history), current per-tensor scaling, MXFP8 (1x32 block
 scales, Blackwell) and DeepSeek-style 1x128 / 128x128 blocks."""
@@ -100,6 +103,7 @@ class TrainingConfig:
     bias_dropout_fusion: bool = True
     cross_entropy_loss_fusion: bool = False
     fp8_recipe: str = "delayed"
+    cuda_graph_impl: str = "none"
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -132,6 +136,8 @@ class TrainingConfig:
             raise ConfigError(f"--transformer_impl {self.transformer_impl!r} is not one of {', '.join(TRANSFORMER_IMPLS)}")
         if self.attention_backend not in ATTENTION_BACKENDS:
             raise ConfigError(f"--attention_backend {self.attention_backend!r} is not one of {', '.join(ATTENTION_BACKENDS)}")
+        if self.cuda_graph_impl not in CUDA_GRAPH_IMPLS:
+            raise ConfigError(f"--cuda_graph_impl {self.cuda_graph_impl!r} is not one of {', '.join(CUDA_GRAPH_IMPLS)}")
         if self.fp8_recipe not in FP8_RECIPES:
             raise ConfigError(f"--fp8_recipe {self.fp8_recipe!r} is not one of {', '.join(FP8_RECIPES)}")
         te = self.transformer_impl == "transformer_engine"

@@ -260,10 +260,10 @@ def fill_job_times(items: Iterable[WorkItem], job: JobConfig, source: str, value
         report.compute_file = path
         return report
     if source == "model":
-        from mocked_model.compute import estimator, gpu_spec
+        from mocked_model.compute import gpu_spec, job_estimator
 
         gpu = gpu_spec(t.gpu_type)
-        report = fill_compute_times(items, source, estimator=estimator(gpu, t.dtype, prices))
+        report = fill_compute_times(items, source, estimator=job_estimator(job, prices))
         report.detail = f"compute-model estimate for {gpu.name} ({t.dtype})"
         return report
     return fill_compute_times(items, source)

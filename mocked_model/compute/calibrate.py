@@ -137,9 +137,9 @@ def fit_gpu(base: GPUSpec, kernels: dict, attention: Sequence[dict] = (), name: 
         rate = spec.tensor_flops("bf16")
         fwd = attention_fit(attention_rows(attention, False), rate)
         bwd = attention_fit(attention_rows(attention, True), rate)
-        spec = replace(spec, attn_fwd_eff=round(fwd[0], 4), attn_bwd_eff=round(bwd[0], 4),
-                       attn_cta=round((fwd[1] + bwd[1]) / 2, 2))
-        measured += ["attn_fwd_eff", "attn_bwd_eff", "attn_cta"]
+        spec = replace(spec, attn_fwd_eff=round(fwd[0], 4), attn_fwd_cta=fwd[1], attn_bwd_eff=round(bwd[0], 4),
+                       attn_bwd_cta=bwd[1])
+        measured += ["attn_fwd_eff", "attn_fwd_cta", "attn_bwd_eff", "attn_bwd_cta"]
     return replace(spec, name=name or spec.name, measured=tuple(dict.fromkeys((*base.measured, *measured))))
 
 

@@ -1,4 +1,5 @@
-"""The GPU table of the compute model (looked up through :mod:`mocked_model.compute.gpus`): what each GPU does under a long training load, each figure with its source.
+"""The GPU table of the compute model (looked up through :mod:`mocked_model.compute.gpus`): what each GPU does under
+a long training load, each figure with its source.
 
 Peaks are NVIDIA's dense datasheet figures (the datasheets print the sparse figure, twice the dense one, with an
 asterisk), which are stated at a clock (``spec_mhz``); under the sustained load of training a GPU is power-bound
@@ -200,10 +201,10 @@ H200_MEMORY = _kinds({
     # [H200] kernels.json, GPU-bound, share of 4.8 TB/s on an 8192x4096 bf16 tensor, on the bytes the kernel lists
     # count: its GB/s as measured where it counted alike (copy, add, GeLU, norms, dropout plus add with its mask byte,
     # compiled SwiGLU), else converted: cast plus fp32 softmax moves 14 bytes per score, not the 12 it counted
-    # (0.41 x 14 / 12); eager SwiGLU 2.5 passes of the fc1 output, not 1.5 (0.24 x 2.5 / 1.5); fp32 cross entropy
-    # 14 bytes per logit (cast, log-softmax), not 6 (0.19 x 14 / 6)
+    # (1965 GB/s x 14 / 12); eager SwiGLU 2.5 passes of the fc1 output, not 1.5 (1145 GB/s x 2.5 / 1.5); fp32 cross
+    # entropy 14 bytes per logit (cast, log-softmax), not 6 (924 GB/s x 14 / 6)
     "stream": 0.81, "copy": 0.81, "add": 0.86, "activation": 0.69, "fused_activation": 0.90, "eager_swiglu": 0.40,
-    "norm": 0.48, "rms_norm": 0.63, "dropout_add": 0.45, "softmax": 0.48, "cross_entropy": 0.44,
+    "norm": 0.48, "rms_norm": 0.63, "dropout_add": 0.45, "softmax": 0.48, "cross_entropy": 0.45,
     # [H200_AIOB] torch fused Adam over 8.03e9 fp32 parameters: 28 bytes each in 76.9 ms = 0.61; eager rotary
     # x*cos + rotate_half(x)*sin on 8192x5120: 20 bytes per element in 550 us = 0.32
     "adam": 0.61, "rotary": 0.32,

@@ -57,6 +57,11 @@ TILES: tuple[tuple[int, int, float], ...] = (
     # roughly in that order
     (256, 128, 1.0), (128, 256, 1.0), (128, 128, 0.95), (128, 64, 0.85), (64, 128, 0.85), (64, 64, 0.75),
 )
+HOST_US_PER_LAUNCH = 5.0
+"""Host time to launch one kernel from eager PyTorch (Python, autograd, the dispatcher, ``cudaLaunchKernel``): walk-
+throughs of PyTorch's dispatch tabulate 5-25 us of CPU work per operator (jiahuanglin.xyz, 'From PyTorch op to kernel
+launch'); the low end, as Megatron's hot paths are C++-heavy (Transformer Engine, fused kernels).  It shows only where
+kernels are shorter than their launch (the H200's single-GPU steps kept the GPU 99% busy); CUDA graphs remove it."""
 MIN_SPLIT_K = 256
 """Smallest k-slice cuBLAS's split-k gives one thread block."""
 ATTENTION_TILE = 128

@@ -73,7 +73,7 @@ def spec_from_dict(data: Any, path: str = "<gpu spec>") -> GPUSpec:
         raise FormatError(path, f"format {data.get('format')!r} is not {FORMAT!r}")
     name = data.get("name")
     if not isinstance(name, str) or not name.strip():
-        raise FormatError(path, f"missing field 'name' (the --gpu_type it answers to)")
+        raise FormatError(path, "missing field 'name' (the --gpu_type it answers to)")
     values: dict[str, Any] = {"name": name.strip()}
     base: GPUSpec | None = None
     if data.get("base") is not None:
@@ -109,7 +109,7 @@ def spec_from_dict(data: Any, path: str = "<gpu spec>") -> GPUSpec:
     memory = data.get("memory_efficiency")
     if memory is not None:
         if not isinstance(memory, dict):
-            raise FormatError(path, f"memory_efficiency must be an object of kernel kinds")
+            raise FormatError(path, "memory_efficiency must be an object of kernel kinds")
         shares = dict(base.mem_eff) if base is not None else {}
         for kind, value in memory.items():
             if kind not in MEMORY_KINDS:
@@ -117,13 +117,13 @@ def spec_from_dict(data: Any, path: str = "<gpu spec>") -> GPUSpec:
                                   f"(known: {', '.join(MEMORY_KINDS)})")
             shares[kind] = _number(path, f"memory_efficiency.{kind}", value)
         if "stream" not in shares:
-            raise FormatError(path, f"missing field 'memory_efficiency.stream' (the share of any other kernel)")
+            raise FormatError(path, "missing field 'memory_efficiency.stream' (the share of any other kernel)")
         values["mem_eff"] = tuple(sorted(shares.items()))
     values["source"] = str(data.get("source") or (base.source if base else path))
     values["calibration"] = str(data.get("calibration") or f"from the GPU spec file {path}")
     measured = data.get("measured", [])
     if not isinstance(measured, list) or not all(isinstance(m, str) for m in measured):
-        raise FormatError(path, f"measured must be a list of field names")
+        raise FormatError(path, "measured must be a list of field names")
     values["measured"] = tuple(measured)
     if base is not None:
         return replace(base, **values)
@@ -166,7 +166,7 @@ def load_gpu_spec(path: str) -> GPUSpec:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
     except UnicodeDecodeError:
-        raise FormatError(path, f"not a UTF-8 text file") from None
+        raise FormatError(path, "not a UTF-8 text file") from None
     except json.JSONDecodeError as exc:
         raise FormatError(path, f"not valid JSON (line {exc.lineno}: {exc.msg})") from None
     return spec_from_dict(data, path)
