@@ -272,9 +272,16 @@ def simulate_args(args: argparse.Namespace) -> tuple[Any, str, Any]:
             if getattr(args, name) != default:
                 why = "overlap comes from the schedule" if name.endswith("overlap") else "bandwidths come from the fabric"
                 notes.append(f"{flag} is SimAI's knob and is ignored by --model topo ({why})")
+        nvlink_bw = args.nvlink_bw
+        if (nvlink_bw is None or nvlink_bw <= 0) and gpu_type is None and args.gpu_type is not None:
+            from mocked_model.compute import gpu_spec, known_gpu
+
+            if known_gpu(args.gpu_type):  # a GPU SimAI's table lacks (H200, B200, a spec file): NCCL's NVLink rate
+                spec = gpu_spec(args.gpu_type)
+                nvlink_bw = spec.nvlink_gbps * spec.nvlink_efficiency
         options = TopoOptions(
             gpus=args.gpus, gpus_per_server=args.gpus_per_server, nics_per_server=args.nics_per_server,
-            nvlink_bw=args.nvlink_bw, nic_busbw=args.nic_busbw, gpu_type=gpu_type,
+            nvlink_bw=nvlink_bw, nic_busbw=args.nic_busbw, gpu_type=gpu_type,
             nic_type=args.nic_type, nvlink_efficiency=args.nvlink_efficiency, nic_efficiency=args.nic_efficiency,
             latency_scale=args.latency_scale, overlap_grad_reduce=args.overlap_grad_reduce,
             tp_comm_overlap=args.tp_comm_overlap, peak_tflops=args.peak_tflops,

@@ -80,11 +80,12 @@ class Op:
 @dataclass
 class Program:
     """The ops of one forward (``F``) or backward (``B``) step, or of the step after the schedule;
-    ``work`` its model FLOPs (recomputation excluded)."""
+    ``work`` its model FLOPs (recomputation excluded), ``hw_work`` every computation's (recomputation included)."""
 
     kind: str
     ops: list[Op] = field(default_factory=list)
     work: float = 0.0
+    hw_work: float = 0.0
 
 
 @dataclass
@@ -98,6 +99,7 @@ class StageScript:
     p2p_sizes: list[tuple[int, ...] | None]
     step_program: Program
     flops: float | None = None
+    hw_flops: float | None = None
     layer_names: dict[str, str] | None = None
     """For a stage that runs another stage's programs (same workload up to layer numbering): that
     stage's layer keys -> this stage's (keys not listed are the same); None for a stage's own programs."""
@@ -448,6 +450,7 @@ def _build_step(kind: str, items: list, build: _Build) -> _Built:
         program.ops.append(op)
     built.work = program.work = sum(i.flops for i in items if i.flops and i.comm_type._value_ == "computation"
                                     and not i.stage.startswith("recompute"))
+    program.hw_work = sum(i.flops for i in items if i.flops and i.comm_type._value_ == "computation")
     return built
 
 
@@ -478,9 +481,10 @@ def _stage_script(stage: int, steps: list[Step], pieces, rest: list, build: _Bui
     hits = list(map(cache.__getitem__, keys))
     programs: list[Program | None] = [hit.program for hit in hits]
     sizes: list[tuple[int, ...] | None] = [hit.sizes for hit in hits]
-    flops = 0.0
+    flops = hw_flops = 0.0
     for hit in hits:
         flops += hit.work
+        hw_flops += hit.program.hw_work if hit.program is not None else 0.0
     step = _step_program(any_grad, deferred)
     for item in rest:
         op = _item_op(item, "step", build.hook, build.counters, build.tp_comm_overlap)
@@ -488,9 +492,10 @@ def _stage_script(stage: int, steps: list[Step], pieces, rest: list, build: _Bui
             step.ops.append(op)
         if item.flops and item.comm_type.value == "computation":
             flops += item.flops
+            hw_flops += item.flops
     build.any_finish = build.any_finish or build.counters.finish_items > 0
     build.any_grad = build.any_grad or any_grad
-    return StageScript(stage, steps, programs, sizes, step, flops or None)
+    return StageScript(stage, steps, programs, sizes, step, flops or None, hw_flops or None)
 
 
 def _finish(stages: list[StageScript], job, build: _Build) -> Scripts:

@@ -425,6 +425,7 @@ class TopoModel:
         if insert and not played.inserted:
             raise NoPeriod
         flops = [script.flops for script in scripts]
+        hw = [script.hw_flops for script in scripts]
         extra_steps: list[Counter] = [Counter() for _ in scripts]
         if insert:  # the schedules are short of `insert` steady cycles: count them in
             for i, (script, t) in enumerate(zip(scripts, played.stages)):
@@ -436,6 +437,8 @@ class TopoModel:
                         occurrences[i][id(program)] += r.times
                         if flops[i] is not None:
                             flops[i] += r.times * program.work
+                        if hw[i] is not None:
+                            hw[i] += r.times * program.hw_work
                     extra_steps[i][k] = r.times
         iteration_s = played.iteration_s
         stages = [self._stage_result(t, played.iteration_s, flops[t.stage]) for t in played.stages]
@@ -445,15 +448,15 @@ class TopoModel:
         peak = peak_tflops(self.options, self.gpu_name)
         model_flops = hardware_flops = mfu = hfu = None
         missing = any("computation items have no time" in w for w in self.warnings)
-        if flops and all(f is not None for f in flops):
-            hardware_flops = sum(flops) * (self.world // self.pp)  # type: ignore[arg-type]
-        if self.job is not None or hardware_flops is not None:
+        if hw and all(f is not None for f in hw):
+            hardware_flops = sum(hw) * (self.world // self.pp)  # type: ignore[arg-type]
+        if self.job is not None or (flops and all(f is not None for f in flops)):
             if self.job is not None:  # Megatron's formula, the convention of published MFU figures
                 from mocked_model.flops import model_flops as megatron_flops
 
                 model_flops = megatron_flops(self.job)
             else:
-                model_flops = hardware_flops
+                model_flops = sum(flops) * (self.world // self.pp)  # type: ignore[arg-type]
             if peak and iteration_s > 0 and not missing:
                 mfu = model_flops / (iteration_s * self.world * peak * 1e12)
         gemm_peak = hardware_peak_tflops(self.options, self.gpu_name, self.job)

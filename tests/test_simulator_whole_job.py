@@ -217,3 +217,25 @@ def test_fp8_changes_only_the_gemms_and_mfu_stays_against_the_bf16_peak():
     assert comm == [(c.group, c.comm_type, c.size_bytes, c.count) for c in b.details.collectives]
     assert b.iteration_us < a.iteration_us and a.details.mfu < b.details.mfu < 1
     assert a.details.peak_tflops == b.details.peak_tflops == 989.4
+
+
+@pytest.mark.parametrize("gpu", ["A100", "A800", "H100", "H800", "H20", "H200", "B200", "GB200"])
+def test_mfu_never_exceeds_one(gpu):
+    # every GPU, bf16 and (where it has FP8 tensor cores) FP8, a GEMM-heavy job (hidden 8192, no pipelining, one
+    # server): MFU is counted against the dense bf16 peak and stays under 1; the hardware FLOPs' utilisation of the
+    # GEMMs' own dense peak (hfu: FP8's for FP8 runs) stays under 1 too; hardware TFLOP/s include recomputation
+    from mocked_model.compute import gpu_spec
+
+    base = ["--hidden_size", "8192", "--num_attention_heads", "64", "--num_layers", "4", "--world_size", "8",
+            "--tensor_model_parallel_size", "8", "--global_batch", "8", "--seq_length", "4096",
+            "--max_position_embeddings", "4096", "--swiglu", "--enable_sequence_parallel", "--gpu_type", gpu,
+            "--recompute_granularity", "full"]
+    dtypes = ["bfloat16"] + (["float8"] if gpu_spec(gpu).fp8_tflops else [])
+    for dtype in dtypes:
+        job, _ = parse_job([*base, "--dtype", dtype], "t", "")
+        d = simulate(job, None, TopoOptions(gpus_per_server=8, gpu_type=None)).details
+        assert 0 < d.mfu < 1 and 0 < d.hfu < 1, (gpu, dtype, d.mfu, d.hfu)
+        assert d.peak_tflops == gpu_spec(gpu).bf16_tflops
+        assert d.hfu_peak_tflops == (gpu_spec(gpu).fp8_tflops if dtype == "float8" else gpu_spec(gpu).bf16_tflops)
+        # full recomputation: the hardware does one more forward than the model FLOPs count
+        assert d.hardware_flops > d.model_flops
