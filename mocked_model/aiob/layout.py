@@ -46,7 +46,18 @@ class Leaf:
 class OpSpec:
     """One operation to time: its forward and backward sections, what it is (``kind``: linear, norm,
     act, attention, embedding, loss, router, experts, optimizer), its input ``shape`` and sizes
-    (``dims``), and how many samples one round takes (``repeats``: layers of its kind on the stage)."""
+    (``dims``), and how many samples one round takes (``repeats``: layers of its kind on the stage).
+
+    ``dims`` also carry the software stack's choices for the operation, copied from the computation items the
+    compute model prices (:mod:`mocked_model.compute.training_ops`), so that what AIOB times is what the model
+    prices: ``stack`` (``te``, ``local`` or ``local-torch``: :attr:`utils.config.KernelStack.name`) on every
+    operation, and per kind (see :data:`STACK_KEYS`): linear and experts ``te``, ``fp8_recipe`` (``--dtype
+    float8``), ``fp8_input`` (Transformer Engine's ``LayerNormLinear``: the norm before it is fused into it),
+    ``bf16`` (kept out of FP8), ``accumulate`` and ``grad_bytes`` (the weight gradient's accumulation into the main
+    gradient, from the wgrad item); norm ``fused``, ``fp8_out`` and ``into_linear`` (the section of the linear a
+    Transformer Engine stack fuses it into); attention ``impl`` and ``softmax``; rotary, act and bda ``fused``
+    (act also ``bias``); loss ``fused``; optimizer ``impl``, ``tensors``, ``distributed``, ``fp8_recipe``.  Specs
+    without ``stack`` (built by hand, or by :mod:`profiling.compute`) time AIOB's earlier fixed implementations."""
 
     section: str
     backward: str | None
@@ -118,14 +129,54 @@ def leaves(job: JobConfig) -> list[Leaf]:
     return out
 
 
+STACK_KEYS: dict[str, tuple[tuple[str, Any], ...]] = {
+    "linear": (("te", False), ("fp8_recipe", None), ("fp8_input", None), ("bf16", None)),
+    "experts": (("te", False), ("fp8_recipe", None)),
+    "norm": (("fused", True), ("fp8_out", None)),
+    "attention": (("impl", "flash"), ("softmax", None)),
+    "rotary": (("fused", True),),
+    "act": (("fused", True), ("bias", None)),
+    "bda": (("fused", True),),
+    "loss": (("fused", False),),
+}
+"""Keys of a computation item's meta that an operation's ``dims`` carry, with the compute model's default for an
+item without the key (``None``: left out when absent)."""
+
+
+def _computation_metas(module: MockedModule) -> list[tuple[str, dict]]:
+    """``(phase, meta)`` of a leaf's forward and backward computation items."""
+    out = []
+    for phase, items in (("forward", module.forward_items("forward")), ("backward", module.backward_items())):
+        out += [(phase, item.meta or {}) for item in items if item.is_computation]
+    return out
+
+
+def _stack_dims(job: JobConfig, kind: str, metas: list[tuple[str, dict]], name: str | None = None) -> dict[str, Any]:
+    """The stack's choices for one operation: ``stack`` and the :data:`STACK_KEYS` of its forward item (the item
+    named ``name`` when the leaf has several), plus for GEMMs (and the router's) the wgrad item's ``accumulate`` and
+    ``grad_bytes``."""
+    own = [(phase, meta) for phase, meta in metas if name is None or meta.get("name") == name]
+    forward = next((meta for phase, meta in own if phase == "forward"), {})
+    out: dict[str, Any] = {"stack": job.training.stack.name}
+    for key, default in STACK_KEYS.get(kind, ()):
+        value = forward.get(key, default)
+        if value is not None:
+            out[key] = value
+    if kind in ("linear", "experts", "router"):
+        wgrad = next((meta for phase, meta in own if meta.get("op") == "wgrad"), None)
+        if wgrad is not None:
+            out["accumulate"] = bool(wgrad.get("accumulate", True))
+            out["grad_bytes"] = wgrad.get("grad_bytes", 4)
+    return out
+
+
 def _has_bias(module: MockedModule) -> bool:
     return any(p.name.endswith(".bias") for p in module.params)
 
 
 def _leaf_specs(job: JobConfig, module: MockedModule, repeats: int) -> list[OpSpec]:
     """The operations a leaf's computation items stand for (an MoE experts module stands for three)."""
-    from mocked_model.mla import DuplicatedLinear
-    from mocked_model.moe import Experts, Router
+    from mocked_model.moe import Experts
 
     ctx: MegatronContext | None = getattr(module, "ctx", None)  # every Megatron leaf holds its context
     if ctx is None:
@@ -134,17 +185,31 @@ def _leaf_specs(job: JobConfig, module: MockedModule, repeats: int) -> list[OpSp
         s, tokens = module.shape, sum(module.shape.expert_tokens)
         fc1, act, fc2 = (sections_of(f"{module.name}.fc1"), sections_of(module.name), sections_of(f"{module.name}.fc2"))
         assert fc1 and act and fc2
+        metas = _computation_metas(module)
         return [
-            OpSpec(*fc1, "experts", (tokens, s.hidden), {"tokens": s.expert_tokens, "in": s.hidden, "out": module.fc1_out},
+            OpSpec(*fc1, "experts", (tokens, s.hidden), {"tokens": s.expert_tokens, "in": s.hidden, "out": module.fc1_out,
+                                                         **_stack_dims(job, "experts", metas, f"{module.name}.fc1")},
                    repeats),
-            OpSpec(*act, "act", (tokens, module.fc1_out), {"kind": "swiglu" if s.swiglu else "gelu"}, repeats),
-            OpSpec(*fc2, "experts", (tokens, module.fc2_in), {"tokens": s.expert_tokens, "in": module.fc2_in, "out": s.hidden},
+            OpSpec(*act, "act", (tokens, module.fc1_out), {"kind": "swiglu" if s.swiglu else "gelu",
+                                                           **_stack_dims(job, "act", metas, module.name)}, repeats),
+            OpSpec(*fc2, "experts", (tokens, module.fc2_in), {"tokens": s.expert_tokens, "in": module.fc2_in, "out": s.hidden,
+                                                              **_stack_dims(job, "experts", metas, f"{module.name}.fc2")},
                    repeats),
         ]
     sections = sections_of(module.name)
     if sections is None:
         return []
     fwd, bwd = sections
+    specs = _leaf_ops(job, module, ctx, fwd, bwd, repeats)
+    metas = _computation_metas(module)
+    return [replace(spec, dims={**spec.dims, **_stack_dims(job, spec.kind, metas)}) for spec in specs]
+
+
+def _leaf_ops(job: JobConfig, module: MockedModule, ctx: MegatronContext, fwd: str, bwd: str, repeats: int) -> list[OpSpec]:
+    """The operation of a leaf with one section, sized (the stack's choices are added by :func:`_leaf_specs`)."""
+    from mocked_model.mla import DuplicatedLinear
+    from mocked_model.moe import Router
+
     if isinstance(module, ColumnParallelLinear):
         dims = {"in": module.in_size, "out": module.out_part, "bias": _has_bias(module)}
         return [OpSpec(fwd, bwd, "linear", (ctx.seq, ctx.micro, module.in_size), dims, repeats)]
@@ -169,7 +234,9 @@ def _leaf_specs(job: JobConfig, module: MockedModule, repeats: int) -> list[OpSp
         if module.op == "bda":
             return [OpSpec(fwd, bwd, "bda", module.shape, dict(module.options), repeats)]
         if module.op == "rotary":
-            return [OpSpec(fwd, bwd, "rotary", module.shape, {"head_dim": job.model.kv_channels}, repeats)]
+            # queries and keys side by side: this rank's query heads first, then its key heads
+            dims = {"head_dim": job.model.kv_channels, "q_heads": job.model.num_attention_heads // ctx.tp}
+            return [OpSpec(fwd, bwd, "rotary", module.shape, dims, repeats)]
         return [OpSpec(fwd, bwd, "act", module.shape, {"kind": module.op}, repeats)]
     if isinstance(module, CoreAttention):
         dims = dict(micro=ctx.micro, heads=module.heads, groups=module.groups, seq=ctx.seq, head_dim=module.head_dim,
@@ -187,14 +254,25 @@ def _leaf_specs(job: JobConfig, module: MockedModule, repeats: int) -> list[OpSp
 def op_specs(job: JobConfig) -> list[OpSpec]:
     """Every operation the measurement times for ``job``, once per section, in forward order, and
     the optimizer step (``param_time``)."""
+    specs = [spec for leaf in leaves(job) for spec in _leaf_specs(job, leaf.module, leaf.repeats)]
+    # Transformer Engine's LayerNormLinear: a norm followed by a linear that takes its output (``fp8_input``)
+    for index, spec in enumerate(specs[:-1]):
+        after = specs[index + 1]
+        if spec.kind == "norm" and after.kind == "linear" and after.dims.get("fp8_input"):
+            specs[index] = replace(spec, dims={**spec.dims, "into_linear": after.section})
     out: list[OpSpec] = []
     seen: set[str] = set()
-    for leaf in leaves(job):
-        for spec in _leaf_specs(job, leaf.module, leaf.repeats):
-            if spec.section not in seen:
-                seen.add(spec.section)
-                out.append(spec)
-    out.append(OpSpec(OPTIMIZER_SECTION, None, "optimizer", (), {"params": rank_params(job)}, 1))
+    for spec in specs:
+        if spec.section not in seen:
+            seen.add(spec.section)
+            out.append(spec)
+    item = optimizer_item(job, stage_chunks(job))
+    meta = item.meta or {}
+    dims = {"params": item.shapes[1][0], "stack": job.training.stack.name, "impl": meta.get("impl", "fused"),
+            "tensors": meta.get("tensors", 1), "distributed": bool(meta.get("distributed"))}
+    if meta.get("fp8_recipe"):
+        dims["fp8_recipe"] = meta["fp8_recipe"]
+    out.append(OpSpec(OPTIMIZER_SECTION, None, "optimizer", (), dims, 1))
     return out
 
 

@@ -13,7 +13,11 @@ on a CPU.
 The file carries AICB's forward sections (AICB's readers sum them as before) and ours: a ``bwd_*``
 section per operation with its measured backward (input and weight gradients together), MoE and MLA
 sections, the optimizer step in ``param_time``, an ``implementation:`` line per section and top-level
-labels (``compute_source: aiob``, device, dtype, clock, sample rule).
+labels (``compute_source: aiob``, device, dtype, software stack, clock, sample rule).
+
+What is timed follows the job's software stack (``--transformer_impl``, ``--no_apex``, Megatron's fusion flags,
+``--fp8_recipe``): the op specs carry its choices and :mod:`mocked_model.aiob.modules` builds the kernels that stack
+launches, each section's ``implementation`` saying what ran (and which fallback, and why).
 """
 
 from __future__ import annotations
@@ -39,6 +43,15 @@ WARMUP = {"cuda": 5, "cpu": 1}
 """Untimed calls before sampling: cuBLAS heuristics, allocator and clocks settle on a GPU."""
 
 
+def stack_label(job: JobConfig) -> str:
+    """The software stack the file times (``te``, ``local`` or ``local-torch``) and the flags that chose it."""
+    t = job.training
+    flags = f"--transformer_impl {t.transformer_impl}" + ("" if t.apex else " --no_apex")
+    if t.fp8:
+        flags += f" --dtype {t.dtype} --fp8_recipe {t.fp8_recipe}"
+    return f"{t.stack.name} ({flags})"
+
+
 def default_device() -> torch.device:
     return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
 
@@ -61,6 +74,7 @@ def measure_job(job: JobConfig, device: torch.device | str | None = None, warmup
         "compute_source": "aiob",
         "device": device_label(device),
         "dtype": str(dtype).replace("torch.", ""),
+        "stack": stack_label(job),
         "torch": torch.__version__.split("+")[0],
         "clock": clock.name,
         "samples": (f"epoch_num x layers of the op's kind (at least {min_samples})" if device.type == "cuda"

@@ -25,6 +25,8 @@ from mocked_model.aiob.compute_file import SectionTimes
 
 OUTLIER_FACTOR = 3.0
 """Samples above this multiple of the minimum are dropped (AICB's rule)."""
+MAX_FALLBACKS = 4
+"""Most fallbacks one operation's first run may take before its error is raised."""
 
 
 class Clock:
@@ -91,15 +93,20 @@ class OpSamples:
 def sample_op(op, clock: Clock, warmup: int, samples: int, tick: Callable[[], Any] | None = None) -> OpSamples:
     """Run ``op`` (a :class:`~mocked_model.aiob.modules.TimedOp`) ``warmup + samples`` times, timing
     forward and backward separately on the last ``samples``; ``tick()`` after each run (a progress bar).  An
-    optional kernel that fails during warm-up is replaced by its torch fallback (the implementation records why)."""
+    optional kernel that fails on the first run is replaced by its fallback and the run retried, up to
+    :data:`MAX_FALLBACKS` times (the implementation records why)."""
     out = OpSamples()
-    for index in range(max(warmup, 1) + samples):
+    fallbacks = 0
+    index = 0
+    while index < max(warmup, 1) + samples:
         op.reset()
         try:
             result, forward_ns = clock.time(op.forward)
             backward_ns = clock.time(partial(op.backward, result))[1] if op.has_backward else 0.0
-        except Exception as exc:  # an optional kernel (apex, flash-attn, grouped_gemm) may reject a shape
-            if index == 0 and op.use_fallback(_one_line(exc)):
+        except Exception as exc:  # an optional kernel (TE, apex, flash-attn, grouped_gemm, torch.compile) may fail
+            # the first run tries each fallback in turn (TE's FP8, then TE in bf16, then torch, ...)
+            if index == 0 and fallbacks < MAX_FALLBACKS and op.use_fallback(_one_line(exc)):
+                fallbacks += 1
                 continue
             raise
         del result
@@ -108,6 +115,7 @@ def sample_op(op, clock: Clock, warmup: int, samples: int, tick: Callable[[], An
         if index >= max(warmup, 1):
             out.forward_ns.append(forward_ns)
             out.backward_ns.append(backward_ns)
+        index += 1
     out.implementation = op.implementation
     return out
 
