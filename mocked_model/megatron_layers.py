@@ -27,6 +27,9 @@ from utils.config import JobConfig, KernelStack
 from utils.workload import CommGroup, CommType, WorkItem
 
 AG, RS, AR, BC = CommType.all_gather, CommType.reduce_scatter, CommType.all_reduce, CommType.broadcast
+RS_SPLITS = 4
+"""Chunks Transformer Engine's pipelined GEMM + reduce-scatter overlap cuts a row-parallel forward GEMM into (its
+userbuffers ``num_splits`` for ``proj_fprop`` / ``fc2_fprop``, 4 in NeMo's and Megatron-LM's configurations)."""
 TP = CommGroup.tp_group
 
 
@@ -49,6 +52,7 @@ class MegatronContext:
     bias: bool = False
     fp8_recipe: str | None = None
     async_allreduce: bool = True
+    tp_comm_overlap: bool = False
 
     @property
     def flash(self) -> bool:
@@ -60,12 +64,15 @@ class MegatronContext:
         """Whether weight gradients accumulate into the fp32 main gradient in the GEMM's epilogue."""
         return self.stack.wgrad_accumulate
 
-    def linear_meta(self, meta: dict) -> dict:
-        """The stack's keys of a linear layer's GEMM items (:mod:`mocked_model.compute.training_ops`)."""
+    def linear_meta(self, meta: dict, chunks: int = 1) -> dict:
+        """The stack's keys of a linear layer's GEMM items (:mod:`mocked_model.compute.training_ops`); ``chunks``:
+        the pieces Transformer Engine's comm-GEMM overlap splits the GEMM into (``--tp_comm_overlap``)."""
         if self.stack.te:
             meta["te"] = True
         if self.fp8_recipe is not None:
             meta["fp8_recipe"] = self.fp8_recipe
+        if chunks > 1 and self.tp_comm_overlap and self.stack.te:  # userbuffers are Transformer Engine's
+            meta["chunks"] = chunks
         return meta
 
     @property
@@ -90,7 +97,8 @@ class MegatronContext:
                    dtype_bytes=t.dtype_bytes, compute=t.computation_enable, dp=p.dp, stack=t.stack,
                    attention_dropout=m.attention_dropout, hidden_dropout=m.hidden_dropout, grad_bytes=t.grad_bytes,
                    bias=m.add_bias_linear, fp8_recipe=t.fp8_recipe if t.fp8 else None,
-                   async_allreduce=t.async_tp_allreduce)
+                   async_allreduce=t.async_tp_allreduce,
+                   tp_comm_overlap=t.tp_comm_overlap and p.sequence_parallel and p.tp > 1)
 
 
 def wgrad_meta(ctx: MegatronContext, meta: dict) -> dict:
@@ -127,7 +135,10 @@ class ColumnParallelLinear(MockedModule):
 
     def _gemm(self, phase: str, shapes, kind: str) -> WorkItem:
         flops = 2.0 * self.ctx.tokens * self.in_size * self.out_part
-        meta = self.ctx.linear_meta({**_meta(self.layer, self.sub, kind, self.name), **self.extra})
+        # TE's userbuffers overlap the input's all-gather with the forward GEMM by a ring exchange: one GEMM
+        # chunk per TP rank's share as it arrives (the layers' linears; Megatron's output layer is not TE's)
+        chunks = self.ctx.tp if kind == "gemm" and self.layer is not None else 1
+        meta = self.ctx.linear_meta({**_meta(self.layer, self.sub, kind, self.name), **self.extra}, chunks)
         if self.bias_after and kind in ("gemm", "dgrad"):
             meta["bias"] = True
         return compute(f"{phase}.{self.label}.{self.name}", shapes, flops,
@@ -174,7 +185,10 @@ class RowParallelLinear(MockedModule):
 
     def _gemm(self, phase: str, shapes, kind: str) -> WorkItem:
         flops = 2.0 * self.ctx.tokens * self.in_part * self.out_size
-        meta = self.ctx.linear_meta(_meta(self.layer, self.sub, kind, self.name))
+        # TE's userbuffers: the forward GEMM's reduce-scatter pipelined over RS_SPLITS chunks, the output
+        # gradient's all-gather by a ring exchange ahead of dgrad's TP chunks
+        chunks = {"gemm": RS_SPLITS, "dgrad": self.ctx.tp}.get(kind, 1) if self.layer is not None else 1
+        meta = self.ctx.linear_meta(_meta(self.layer, self.sub, kind, self.name), chunks)
         return compute(f"{phase}.{self.label}.{self.name}", shapes, flops,
                        wgrad_meta(self.ctx, meta) if kind == "wgrad" else meta)
 

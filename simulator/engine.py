@@ -67,11 +67,12 @@ def compile_program(program: Program, durations: Sequence[float], contention: fl
     offsets; the step ends when its last op and its overlapped comm are done.
 
     An ASYNC op with ``wait_next`` overlaps the next compute op only, as Megatron's linear layers wait
-    for their asynchronous TP collective right after the GEMM it hides behind.  While it runs, that
-    compute op runs at ``1 - contention`` of its speed (NCCL's thread blocks occupy that share of the
-    SMs): a compute op of ``d`` seconds started with ``x`` seconds of collective left ends after
-    ``d + contention * x`` (``d / (1 - contention)`` when the collective outlasts it); the slowdown is
-    booked to the collective's exposed time, and so is any wait for it past the compute op's end.
+    for their asynchronous TP collective right after the GEMM it hides behind; other ASYNC ops (every TP
+    collective with ``--tp_comm_overlap``) run beside the compute ops that follow until they end.  While a
+    collective runs, a compute op beside it runs at ``1 - contention`` of its speed (the collective's thread
+    blocks occupy that share of the SMs): a compute op of ``d`` seconds started with ``x`` seconds of
+    collective left ends after ``d + contention * x`` (``d / (1 - contention)`` when the collective outlasts
+    it); the slowdown is booked to the collective's exposed time, and so is any wait for it past the end.
     """
     t = 0.0
     overlap_free = 0.0
@@ -105,12 +106,20 @@ def compile_program(program: Program, durations: Sequence[float], contention: fl
             intervals.append((t, d, "compute", "compute", op.name, op.layer))
             compute += d
             acc[0] += d
-            if pending is not None and pending[0] > t and contention > 0.0:
-                left = pending[0] - t
-                slow = d * contention / (1.0 - contention) if left * (1.0 - contention) >= d else contention * left
-                exposed[pending[1]] += slow
-                pending[2][2] += slow
-                t += slow
+            if contention > 0.0:
+                # a collective in flight beside this kernel (a wait_next op, or any overlapped one) holds its share
+                # of the SMs: the kernel runs slower while it lasts
+                if pending is not None and pending[0] > t:
+                    left, cat_, acc_ = pending[0] - t, pending[1], pending[2]
+                elif overlap_free > t:
+                    left, cat_, acc_ = overlap_free - t, overlap_cat, acc
+                else:
+                    left = 0.0
+                if left > 0.0:
+                    slow = d * contention / (1.0 - contention) if left * (1.0 - contention) >= d else contention * left
+                    exposed[cat_] += slow
+                    acc_[2] += slow
+                    t += slow
             t += d
             settle()
             continue

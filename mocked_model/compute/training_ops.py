@@ -80,7 +80,10 @@ def _gemm_kernels(item, p: Precision) -> list[Kernel]:
     - FP8 (``p.kind``): forward quantizes the input (unless a fused norm wrote it in FP8: ``meta['fp8_input']``, which
       on Hopper still needs its transpose for wgrad), dgrad quantizes the output gradient; wgrad reuses both; the
       weights are quantized once per iteration (the optimizer item: Megatron caches them across micro-batches).
-      ``meta['bf16']``: a GEMM Megatron keeps out of FP8 (the output layer, the router)."""
+      ``meta['bf16']``: a GEMM Megatron keeps out of FP8 (the output layer, the router).
+    - ``meta['chunks']``: Transformer Engine's comm-GEMM overlap (``--tp_comm_overlap``) runs the GEMM as that many
+      GEMMs of ``m / chunks`` rows (a ring exchange: one per TP rank's share; a pipelined reduce-scatter: 4), each
+      paying its own waves and fixed cost."""
     meta = item.meta or {}
     op = meta.get("op")
     shapes = item.shapes or ()
@@ -96,7 +99,12 @@ def _gemm_kernels(item, p: Precision) -> list[Kernel]:
     kind = "bf16" if p.kind == "fp8" and meta.get("bf16") else p.kind
     accumulate = op == "wgrad" and meta.get("accumulate", True)
     out_bytes = meta.get("grad_bytes", 4) if accumulate else p.a
-    out = [Kernel(f"{op} gemm", GemmShape(m, n, k, batch, kind, out_bytes, accumulate))]
+    chunks = max(int(meta.get("chunks", 1)), 1)
+    if chunks > 1 and m >= chunks:  # TE's comm-GEMM overlap: the rows in chunks, each its own GEMM
+        out = [Kernel(f"{op} gemm ({chunks} chunks)", GemmShape(m // chunks, n, k, batch, kind, out_bytes, accumulate),
+                      count=chunks)]
+    else:
+        out = [Kernel(f"{op} gemm", GemmShape(m, n, k, batch, kind, out_bytes, accumulate))]
     if op == "wgrad" and not accumulate and meta.get("main_grad", True):
         g = meta.get("grad_bytes", 4)
         out.append(mem("main-grad accumulate", batch * m * n * (g + p.a + g), kind="add" if g == p.a else "mixed_add"))
