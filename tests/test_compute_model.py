@@ -483,3 +483,30 @@ def test_aicb_times_deepspeed_items_with_the_model_and_refuses_aiob_there(tmp_pa
     assert items and all(i.time_ns and i.time_ns > 0 for i in items)
     bad = run_cli(*args, "--aiob_enable", "--output", str(tmp_path / "no.csv"), cwd=tmp_path)
     assert bad.returncode == 2 and "--frame DeepSpeed" in bad.stderr and not (tmp_path / "no.csv").exists()
+
+
+def test_tp_comm_overlap_splits_the_layer_gemms():
+    # Transformer Engine's userbuffers (--tp_comm_overlap, with SP): GPT-3 175B's QKV forward at TP 4 on H200,
+    # 2048 tokens x 12288 -> 9216, runs as 4 GEMMs of 512 rows as each rank's share of the input arrives.  Whole:
+    # 128x128 tiles (0.95 of the rate), 16 x 72 = 1152, 9 waves of 2 * 128 * 128 * (12288 + 64) / (0.95 x
+    # 5.674250e12) s = 75.07 us: 675.6 us + 5.5 us = 681.1 us.  A chunk of 512 rows: 128x64 tiles (0.85) fill 5
+    # waves of 576: 5 * 2 * 128 * 64 * 12352 / (0.85 * 5.674250e12) = 209.8 us + 5.5 us = 215.3 us, x 4 = 861.2 us:
+    # 26% more for the overlap's chunking.
+    whole = 9 * 2 * 128 * 128 * 12352 / (0.95 * H200_PER_SM) * 1e6 + 5.5
+    chunk = 5 * 2 * 128 * 64 * 12352 / (0.85 * H200_PER_SM) * 1e6 + 5.5
+    assert (whole, chunk) == pytest.approx((681.3, 215.3), abs=0.1)
+    model = ModelConfig(name="gpt3_175B_slice", hidden_size=12288, num_layers=1, num_attention_heads=96,
+                        vocab_size=1024, max_position_embeddings=2048)
+
+    def qkv(overlap: bool, impl: str = "transformer_engine") -> WorkItem:
+        j = JobConfig(model, ParallelConfig(world_size=4, tp=4, micro_batch=1, global_batch=1, sequence_parallel=True),
+                      TrainingConfig(seq_length=2048, computation_enable=True, tp_comm_overlap=overlap,
+                                     transformer_impl=impl))
+        return next(i for i in MegatronWorkload(j)() if (i.meta or {}).get("op") == "gemm"
+                    and "linear_qkv" in i.meta["name"] and i.stage.startswith("forward"))
+    # the QKV GEMM of GPT-3 has a bias, added in the GEMM's epilogue under Transformer Engine
+    assert estimator("H200")(qkv(False)) / 1e3 == pytest.approx(whole)
+    assert estimator("H200")(qkv(True)) / 1e3 == pytest.approx(4 * chunk)
+    # the row-parallel projection's reduce-scatter is pipelined in 4 chunks; its dgrad (the output gradient's
+    # all-gather by a ring exchange) in TP chunks; wgrad is not split; Megatron's local layers have no userbuffers
+    assert qkv(True).meta["chunks"] == 4 and "chunks" not in qkv(True, "local").meta
