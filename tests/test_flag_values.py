@@ -67,8 +67,11 @@ def test_ranges(kind, good, bad):
 def test_every_numeric_job_flag_has_a_checking_type():
     """The audit of utils/cli.py: no flag takes Python's bare int or float (which accept NaN, infinities and
     any sign)."""
+    from utils import cli_types
+
     checked = {cli.integer, cli.positive_int, cli.non_negative_int, cli.number, cli.positive_number, cli.non_negative,
-               cli.fraction, cli.probability, cli.pp_rank_type, cli_flags._size, str, None}
+               cli.fraction, cli.probability, cli.pp_rank_type, cli_flags._size, str, None, cli_types.int_pair,
+               cli_types.int_tuple, cli_types.at_least_one}
     flags = [f for group in ALL_GROUPS.values() for f in group] + list(INFERENCE)
     loose = [f.names[0] for f in flags if f.type not in checked]
     assert loose == []
@@ -76,7 +79,7 @@ def test_every_numeric_job_flag_has_a_checking_type():
     may_be_zero = {"pp_rank", "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
                    "param_persistence_threshold", "model_persistence_threshold", "max_live_parameters",
                    "prefetch_bucket_size", "multi_all_reduce_enable", "n_dense_layers", "n_shared_expert", "q_lora_rank",
-                   "warmup", "seed"}
+                   "warmup", "seed", "mtp_num_layers"}
     for f in flags:
         if f.type in (cli.integer, cli.non_negative_int) and f.dest not in may_be_zero:
             raise AssertionError(f"{f.names[0]} takes 0 or a negative count")
@@ -183,3 +186,14 @@ def test_inference_entry_refuses_odd_numbers(tmp_path, capsys):
              "expected a finite number", out)
     _refused(capsys, main, ["DeepSeek-671B", "--aiob_forward_loops", "0", "--output", str(out)],
              "expected a positive integer", out)
+
+
+def test_the_list_and_ratio_types():
+    from utils.cli_types import at_least_one, int_pair, int_tuple
+
+    assert int_pair("128,0") == (128, 0) and int_pair("-1, 4096") == (-1, 4096)
+    assert int_tuple("2,4") == (2, 4) and at_least_one("1.25") == 1.25
+    for kind, text in ((int_pair, "128"), (int_pair, "-2,0"), (int_pair, "a,b"), (int_tuple, "2,0"), (int_tuple, ""),
+                       (at_least_one, "0.9"), (at_least_one, "nan"), (at_least_one, "inf")):
+        with pytest.raises(argparse.ArgumentTypeError):
+            kind(text)

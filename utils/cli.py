@@ -242,7 +242,13 @@ def model_from(values: dict[str, Any]) -> ModelConfig:
         num_experts=values["num_experts"] if moe else None, moe_router_topk=values["moe_router_topk"],
         moe_ffn_hidden_size=values["moe_ffn_hidden_size"], n_shared_experts=values["n_shared_expert"] or 0,
         n_dense_layers=values["n_dense_layers"] or 0, multi_latent_attention=mla,
+        window_size=values["window_size"], window_attn_skip_freq=values["window_attn_skip_freq"],
     )
+    for name in ("moe_router_score_function", "mtp_num_layers"):  # architecture: the preset's unless given
+        if values.get(name) is not None:
+            kwargs[name] = values[name]
+        elif preset is not None:
+            kwargs[name] = getattr(preset, name)
     if preset is not None:
         kwargs.update(add_qkv_bias=preset.add_qkv_bias, qk_layernorm=preset.qk_layernorm,
                       published_params=preset.published_params, source=preset.source)
@@ -294,7 +300,15 @@ def job_from(values: dict[str, Any]) -> JobConfig:
         masked_softmax_fusion=not values["no_masked_softmax_fusion"], apply_rope_fusion=not values["no_rope_fusion"],
         bias_activation_fusion=not values["no_bias_gelu_fusion"], bias_dropout_fusion=not values["no_bias_dropout_fusion"],
         cross_entropy_loss_fusion=values["cross_entropy_loss_fusion"], fp8_recipe=values["fp8_recipe"],
-        cuda_graph_impl=values["cuda_graph_impl"], extra=extra,
+        cuda_graph_impl=values["cuda_graph_impl"], cp_comm_type=values["cp_comm_type"],
+        hierarchical_cp_sizes=values["hierarchical_context_parallel_sizes"],
+        overlap_param_gather=values["overlap_param_gather"], grad_reduce_in_bf16=values["grad_reduce_in_bf16"],
+        moe_router_load_balancing_type=values["moe_router_load_balancing_type"],
+        moe_aux_loss_coeff=values["moe_aux_loss_coeff"], moe_z_loss_coeff=values["moe_z_loss_coeff"],
+        moe_permute_fusion=values["moe_permute_fusion"], moe_shared_expert_overlap=values["moe_shared_expert_overlap"],
+        moe_imbalance=values["moe_imbalance"], moe_enable_deepep=values["moe_enable_deepep"],
+        overlap_moe_expert_parallel_comm=values["overlap_moe_expert_parallel_comm"],
+        delay_wgrad_compute=values["delay_wgrad_compute"], extra=extra,
     )
     if "fp8_recipe" in values.get("_given", ()) and not training.fp8:
         raise ConfigError(f"--fp8_recipe {values['fp8_recipe']} needs --dtype float8 (got --dtype {values['dtype']})")
@@ -311,6 +325,7 @@ def job_from(values: dict[str, Any]) -> JobConfig:
         embedding_in_split=values["account_for_embedding_in_pipeline_split"],
         loss_in_split=values["account_for_loss_in_pipeline_split"],
         order="tp-cp-ep-pp-dp" if values["use_tp_pp_dp_mapping"] else "tp-cp-ep-dp-pp",
+        pipeline_layout=values["pipeline_model_parallel_layout"],
     )
     model = model_from(values) if values["frame"] != "collective_test" else ModelConfig()
     return JobConfig(model=model, parallel=parallel, training=training)

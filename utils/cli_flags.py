@@ -11,6 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from utils.cli_types import (
+    at_least_one,
+    int_pair,
+    int_tuple,
     integer,
     non_negative,
     non_negative_int,
@@ -20,7 +23,16 @@ from utils.cli_types import (
     probability,
     spellings,
 )
-from utils.config import ATTENTION_BACKENDS, CUDA_GRAPH_IMPLS, FP8_RECIPES, FRAMES, TRANSFORMER_IMPLS
+from utils.config import (
+    ATTENTION_BACKENDS,
+    CP_COMM_TYPES,
+    CUDA_GRAPH_IMPLS,
+    DISPATCHERS,
+    FP8_RECIPES,
+    FRAMES,
+    LOAD_BALANCING,
+    TRANSFORMER_IMPLS,
+)
 from utils.model_config import NORMALIZATIONS, POSITION_EMBEDDINGS
 from utils.units import parse_size
 
@@ -205,6 +217,24 @@ MEGATRON = [
     _f("--cuda_graph_impl", "none", "CUDA graphs (Megatron-LM's flag): none, per-layer graphs (local, "
        "transformer_engine) or full_iteration; graphed kernels skip PyTorch's per-launch host cost", type=str,
        choices=CUDA_GRAPH_IMPLS),
+    _f("--cp_comm_type", "p2p", "context parallelism's communication (Megatron-core's flag): p2p (ring attention), "
+       "a2a (all-to-all of Q/K/V/O, DeepSpeed-Ulysses), allgather (all-gathered K/V) or a2a+p2p (hierarchical)",
+       type=str, choices=CP_COMM_TYPES),
+    _f("--hierarchical_context_parallel_sizes", None, "with --cp_comm_type a2a+p2p: the a2a and p2p levels' sizes "
+       "(their product is --context_parallel_size; Megatron's flag)", type=int_tuple),
+    _switch("--overlap_param_gather", "the distributed optimizer's parameter all-gather overlaps the next forward, "
+            "bucket by bucket (Megatron's flag; needs --use-distributed-optimizer and --overlap_grad_reduce)"),
+    _switch(("--grad_reduce_in_bf16", "--no_grad_reduce_in_fp32"), "accumulate and reduce the gradients in bf16 "
+            "(Megatron's --grad-reduce-in-bf16; its default reduces in fp32)"),
+    _f("--pipeline_model_parallel_layout", None, "the layers of every virtual pipeline stage in Megatron-core's "
+       "syntax: E (embedding), t (transformer layer), m (MTP layer), L (loss), | between stages, (..)*N to repeat; "
+       "e.g. 'Et|(tt|)*30mL'", type=str),
+    _f("--mtp_num_layers", None, "multi-token prediction layers on the last stage (DeepSeek-V3: 1; Megatron's flag)",
+       type=_count),
+    _f("--window_size", None, "sliding-window attention LEFT,RIGHT in tokens (-1: unbounded; GPT-OSS 128,0; "
+       "Megatron's flag)", type=int_pair),
+    _f("--window_attn_skip_freq", None, "with --window_size: every N-th layer attends to the whole sequence "
+       "(GPT-OSS: 2; Megatron's flag)"),
     _f("--fp8_recipe", "delayed", "with --dtype float8: Transformer Engine's scaling recipe (Megatron-LM's flag): "
        "delayed, tensorwise (current scaling), mxfp8 (Blackwell) or blockwise", type=str, choices=FP8_RECIPES),
 ]
@@ -237,8 +267,24 @@ MOE = [
     _switch("--moe_grouped_gemm", "grouped GEMM for the local experts"),
     _f("--activation_func", None, "MLP activation, AICB's flag: gelu (the default MLP) or swiglu (the same as "
        "--swiglu); it must agree with --swiglu", type=str, choices=ACTIVATIONS),
-    _f("--moe_token_dispatcher_type", "alltoall", "token dispatcher: alltoall or allgather", type=str,
-       choices=("alltoall", "allgather")),
+    _f("--moe_token_dispatcher_type", "alltoall", "token dispatcher: alltoall, allgather, or flex (DeepEP, with "
+       "--moe_enable_deepep)", type=str, choices=DISPATCHERS),
+    _switch("--moe_enable_deepep", "DeepEP's fused dispatch and combine (with --moe_token_dispatcher_type flex)"),
+    _f("--moe_router_load_balancing_type", "aux_loss", "the router's balancing (Megatron-core's flag): aux_loss, "
+       "seq_aux_loss, sinkhorn or none", type=str, choices=LOAD_BALANCING),
+    _f("--moe_aux_loss_coeff", 0.0, "the load-balancing loss's weight (Megatron's flag; 0 computes no loss)",
+       type=non_negative),
+    _f("--moe_z_loss_coeff", None, "the router z-loss's weight (Megatron's flag; none: no z-loss)", type=non_negative),
+    _f("--moe_router_score_function", None, "softmax (default) or sigmoid (DeepSeek-V3; Megatron's flag)", type=str,
+       choices=("softmax", "sigmoid")),
+    _switch("--moe_permute_fusion", "Transformer Engine's fused permute and unpermute (Megatron's flag)"),
+    _switch("--moe_shared_expert_overlap", "the shared experts run beside the dispatch and combine (Megatron's flag)"),
+    _f("--moe_imbalance", 1.0, "load imbalance: the busiest expert's tokens over the mean (>= 1; 1 = balanced); its "
+       "GEMMs and all-to-alls set the pace", type=at_least_one),
+    _switch("--overlap_moe_expert_parallel_comm", "1F1B overlaps one micro-batch's expert all-to-alls with another's "
+            "computation (Megatron's flag)"),
+    _switch("--delay_wgrad_compute", "with --overlap_moe_expert_parallel_comm: weight gradients delayed to fill the "
+            "overlap (Megatron's flag)"),
     _f("--moe_routing_skew", 0.0, "routing skew s: expert e gets a share proportional to (e+1)^-s (0 = balanced)",
        type=non_negative),
     _f("--moe_expert_capacity_factor", None, "expert capacity factor (tokens over capacity are dropped)", type=positive_number),

@@ -111,3 +111,30 @@ def spellings(name: str) -> list[str]:
         body = name[2:]
         return list(dict.fromkeys([name, "--" + body.replace("-", "_"), "--" + body.replace("_", "-")]))
     return [name]
+
+
+def int_pair(text: str) -> tuple[int, int]:
+    """argparse type: two integers separated by a comma (``--window_size 128,0``), each >= -1."""
+    parts = [p.strip() for p in str(text).split(",")]
+    if len(parts) != 2:
+        raise argparse.ArgumentTypeError(f"expected two integers separated by a comma, got {text!r}")
+    left, right = integer(parts[0]), integer(parts[1])
+    if left < -1 or right < -1:
+        raise argparse.ArgumentTypeError(f"expected integers >= -1 (-1: unbounded), got {text!r}")
+    return left, right
+
+
+def int_tuple(text: str) -> tuple[int, ...]:
+    """argparse type: positive integers separated by commas (``--hierarchical_context_parallel_sizes 2,4``)."""
+    parts = [p.strip() for p in str(text).split(",") if p.strip()]
+    if not parts:
+        raise argparse.ArgumentTypeError(f"expected positive integers separated by commas, got {text!r}")
+    return tuple(positive_int(p) for p in parts)
+
+
+def at_least_one(text: str) -> float:
+    """argparse type: a finite number >= 1 (a ratio such as the busiest expert's load over the mean)."""
+    value = non_negative(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {text!r}")
+    return value

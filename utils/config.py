@@ -18,7 +18,13 @@ from utils.units import DTYPE_BYTES
 FRAMES = ("Megatron", "DeepSpeed", "DeepSeek", "collective_test", "Inference")
 """``Inference`` is aicb.py's: its job (workload_generator.inference_entry) rides in ``extra``."""
 RECOMPUTE = ("none", "selective", "full")
-DISPATCHERS = ("alltoall", "allgather")
+DISPATCHERS = ("alltoall", "allgather", "flex")
+"""Megatron-core's token dispatchers (``flex``: DeepEP's fused dispatch and combine, ``--moe_enable_deepep``)."""
+CP_COMM_TYPES = ("p2p", "a2a", "allgather", "a2a+p2p")
+"""Megatron-core's ``--cp-comm-type``: ring attention (p2p), DeepSpeed-Ulysses all-to-all (a2a), all-gathered keys
+and values (allgather), or a2a inside ``--hierarchical_context_parallel_sizes``' first level and p2p across."""
+LOAD_BALANCING = ("aux_loss", "seq_aux_loss", "sinkhorn", "none")
+"""Megatron-core's ``--moe-router-load-balancing-type``."""
 TRANSFORMER_IMPLS = ("transformer_engine", "local")
 """Megatron-LM's ``--transformer-impl``: Transformer Engine's modules (its default) or Megatron-core's local ones."""
 ATTENTION_BACKENDS = ("auto", "flash", "fused", "unfused", "local")
@@ -104,6 +110,19 @@ class TrainingConfig:
     cross_entropy_loss_fusion: bool = False
     fp8_recipe: str = "delayed"
     cuda_graph_impl: str = "none"
+    cp_comm_type: str = "p2p"
+    hierarchical_cp_sizes: tuple[int, ...] | None = None
+    overlap_param_gather: bool = False
+    grad_reduce_in_bf16: bool = False
+    moe_router_load_balancing_type: str = "aux_loss"
+    moe_aux_loss_coeff: float = 0.0
+    moe_z_loss_coeff: float | None = None
+    moe_permute_fusion: bool = False
+    moe_shared_expert_overlap: bool = False
+    moe_imbalance: float = 1.0
+    moe_enable_deepep: bool = False
+    overlap_moe_expert_parallel_comm: bool = False
+    delay_wgrad_compute: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -128,14 +147,33 @@ class TrainingConfig:
             raise ConfigError(f"--moe_expert_capacity_factor must be positive, got {self.moe_expert_capacity_factor}")
         if self.moe_pad_expert_input_to_capacity and self.moe_expert_capacity_factor is None:
             raise ConfigError("--moe_pad_expert_input_to_capacity needs --moe_expert_capacity_factor")
-        if self.moe_grouped_gemm and self.dtype.lower() not in ("bfloat16", "bf16"):
-            raise ConfigError(f"--moe_grouped_gemm needs --dtype bfloat16, got {self.dtype}")
+        if self.moe_grouped_gemm and self.dtype.lower() not in ("bfloat16", "bf16", "float8", "fp8"):
+            raise ConfigError(f"--moe_grouped_gemm needs --dtype bfloat16 or float8 (Transformer Engine's grouped "
+                              f"FP8 GEMMs), got {self.dtype}")
         if self.ddp_bucket_size is not None and self.ddp_bucket_size < 1:
             raise ConfigError(f"--ddp_bucket_size must be a positive number of elements, got {self.ddp_bucket_size}")
         if self.transformer_impl not in TRANSFORMER_IMPLS:
             raise ConfigError(f"--transformer_impl {self.transformer_impl!r} is not one of {', '.join(TRANSFORMER_IMPLS)}")
         if self.attention_backend not in ATTENTION_BACKENDS:
             raise ConfigError(f"--attention_backend {self.attention_backend!r} is not one of {', '.join(ATTENTION_BACKENDS)}")
+        if self.cp_comm_type not in CP_COMM_TYPES:
+            raise ConfigError(f"--cp_comm_type {self.cp_comm_type!r} is not one of {', '.join(CP_COMM_TYPES)}")
+        if self.moe_router_load_balancing_type not in LOAD_BALANCING:
+            raise ConfigError(f"--moe_router_load_balancing_type {self.moe_router_load_balancing_type!r} is not one of "
+                              f"{', '.join(LOAD_BALANCING)}")
+        if not self.moe_imbalance >= 1.0:  # also refuses NaN
+            raise ConfigError(f"--moe_imbalance must be >= 1 (the busiest expert's tokens over the mean), got "
+                              f"{self.moe_imbalance}")
+        if self.moe_enable_deepep and self.moe_token_dispatcher_type != "flex":
+            raise ConfigError("--moe_enable_deepep needs --moe_token_dispatcher_type flex (Megatron-core's)")
+        if self.moe_token_dispatcher_type == "flex" and not self.moe_enable_deepep:
+            raise ConfigError("--moe_token_dispatcher_type flex runs DeepEP: give --moe_enable_deepep")
+        if self.overlap_param_gather and not self.use_distributed_optimizer:
+            raise ConfigError("--overlap_param_gather needs --use-distributed-optimizer (Megatron's rule)")
+        if self.overlap_param_gather and not self.overlap_grad_reduce:
+            raise ConfigError("--overlap_param_gather needs --overlap_grad_reduce (Megatron's rule)")
+        if self.delay_wgrad_compute and not self.overlap_moe_expert_parallel_comm:
+            raise ConfigError("--delay_wgrad_compute needs --overlap_moe_expert_parallel_comm (Megatron's rule)")
         if self.cuda_graph_impl not in CUDA_GRAPH_IMPLS:
             raise ConfigError(f"--cuda_graph_impl {self.cuda_graph_impl!r} is not one of {', '.join(CUDA_GRAPH_IMPLS)}")
         if self.fp8_recipe not in FP8_RECIPES:
@@ -190,7 +228,11 @@ class TrainingConfig:
     def grad_bytes(self) -> int:
         """Bytes per element of Megatron's main-gradient buffers (accumulation, DP reduction, optimizer input):
         fp32, except fp16 training, which keeps fp16 gradients unless ``--accumulate_allreduce_grads_in_fp32``
-        (Megatron's ``arguments.py`` forces fp32 accumulation with bf16, and so with FP8 on bf16)."""
+        (Megatron's ``arguments.py`` forces fp32 accumulation with bf16, and so with FP8 on bf16), and
+        ``--grad_reduce_in_bf16`` (Megatron's ``--grad-reduce-in-bf16``, ``grad_reduce_in_fp32=False``: DDP's
+        buffers in the parameters' bf16)."""
+        if self.grad_reduce_in_bf16:
+            return 2
         if self.dtype.lower() in ("float16", "fp16", "half") and not self.accumulate_allreduce_grads_in_fp32:
             return 2
         return 4

@@ -52,6 +52,14 @@ class ModelConfig:
     moe_ffn_hidden_size: int | None = None
     n_shared_experts: int = 0
     n_dense_layers: int = 0
+    # Megatron-core's --moe-router-score-function: softmax (Mixtral, Qwen) or sigmoid (DeepSeek-V3)
+    moe_router_score_function: str = "softmax"
+    # DeepSeek-V3's multi-token prediction (--mtp-num-layers): extra transformer layers on the last stage
+    mtp_num_layers: int = 0
+    # sliding-window attention (--window-size LEFT,RIGHT; -1 unbounded), on every layer or, with
+    # --window-attn-skip-freq N, with every N-th layer full (GPT-OSS alternates: N = 2)
+    window_size: tuple[int, int] | None = None
+    window_attn_skip_freq: int | None = None
     # Multi-latent attention (DeepSeek-V2/V3)
     multi_latent_attention: bool = False
     q_lora_rank: int | None = None
@@ -88,6 +96,17 @@ class ModelConfig:
             object.__setattr__(self, "ffn_hidden_size", ffn)
         if self.num_experts is not None and self.num_experts < 1:
             raise ConfigError(f"--num_experts must be a positive integer, got {self.num_experts!r}")
+        if self.moe_router_score_function not in ("softmax", "sigmoid"):
+            raise ConfigError(f"--moe_router_score_function {self.moe_router_score_function!r} is not softmax or sigmoid")
+        if not isinstance(self.mtp_num_layers, int) or self.mtp_num_layers < 0:
+            raise ConfigError(f"--mtp_num_layers must be a whole number >= 0, got {self.mtp_num_layers!r}")
+        if self.window_size is not None:
+            left, right = self.window_size
+            if left < -1 or right < -1 or (left, right) == (-1, -1):
+                raise ConfigError(f"--window_size {left},{right}: each side is a number of tokens >= 0, or -1 for "
+                                  "unbounded (not both)")
+        if self.window_attn_skip_freq is not None and self.window_attn_skip_freq < 1:
+            raise ConfigError(f"--window_attn_skip_freq must be a positive integer, got {self.window_attn_skip_freq}")
         if self.is_moe:
             if self.moe_router_topk < 1:
                 raise ConfigError(f"--moe_router_topk must be a positive integer, got {self.moe_router_topk!r}")

@@ -79,6 +79,7 @@ class ParallelConfig:
     embedding_in_split: bool = False
     loss_in_split: bool = False
     order: str = "tp-cp-ep-dp-pp"
+    pipeline_layout: str | None = None
     dp: int = field(init=False)
     ga: int = field(init=False)
 
