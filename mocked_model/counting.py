@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from mocked_model.megatron import MegatronChunk, chunk_layout
+from mocked_model.mtp import chunk_mtp_layers
 from utils.config import JobConfig
 
 
@@ -17,8 +18,9 @@ def model_param_count(job: JobConfig, chunk_factory=None) -> int:
     factory = chunk_factory or MegatronChunk
     total = 0
     for stage in range(p.pp):
-        for first, count, pre, post in chunk_layout(job, stage):
-            for param in factory(job, first, count, pre, post).parameters():
+        mtp = chunk_mtp_layers(job, stage)  # multi-token prediction's layers are trained parameters too
+        for c, (first, count, pre, post) in enumerate(chunk_layout(job, stage)):
+            for param in factory(job, first, count, pre, post, mtp_layers=mtp[c]).parameters():
                 if param.shared_copy:
                     continue
                 if param.is_expert:

@@ -46,10 +46,24 @@ def layer_forward_flops_per_token(job: JobConfig, layer: int) -> float:
     return attention + mlp
 
 
+def mtp_forward_flops_per_token(job: JobConfig) -> float:
+    """FLOPs of the multi-token-prediction layers' forward per token, as Megatron-LM's
+    ``num_floating_point_operations`` counts them (its ``mtp_num_layers`` terms): per MTP layer one more transformer
+    layer of the last decoder layer's kind (MoE for DeepSeek-V3), its norms (``3h``) and the ``2h x h`` projection
+    ``eh_proj``; the extra logit GEMMs are :func:`model_flops`'."""
+    m = job.model
+    if not m.mtp_num_layers:
+        return 0.0
+    h = m.hidden_size
+    return m.mtp_num_layers * (layer_forward_flops_per_token(job, m.num_layers - 1) + 2.0 * (3 * h + 2 * h * h))
+
+
 def model_flops(job: JobConfig) -> float:
     """Model FLOPs of one iteration of the whole job (every replica), recomputation excluded: 3 x the
-    forward of every layer and of the logits over ``global_batch * seq_length`` tokens."""
+    forward of every layer (multi-token prediction's included) and of the logits (once per MTP layer more)
+    over ``global_batch * seq_length`` tokens."""
     tokens = job.parallel.global_batch * job.training.seq_length
     layers = sum(layer_forward_flops_per_token(job, i) for i in range(job.model.num_layers))
-    logits = 2.0 * job.model.hidden_size * job.padded_vocab_size
+    layers += mtp_forward_flops_per_token(job)
+    logits = 2.0 * job.model.hidden_size * job.padded_vocab_size * (1 + job.model.mtp_num_layers)
     return 3.0 * tokens * (layers + logits)

@@ -17,13 +17,13 @@ an all-gather the gathered buffer, for a reduce-scatter the buffer before scatte
 from __future__ import annotations
 
 from mocked_model.base import MockedModule, MockedParam, comm, compute
+from mocked_model.context_parallel import core_attention
 from mocked_model.megatron_layers import (
     AG,
     AR,
     RS,
     TP,
     ColumnParallelLinear,
-    CoreAttention,
     Elementwise,
     MegatronContext,
     RowParallelLinear,
@@ -92,6 +92,9 @@ class VocabParallelLoss(MockedModule):
             for _ in range(3):  # max logit, target logit, sum of exp: fp32 per token
                 out.append(comm(AR, TP, c.tp, c.tokens * 4, f"{phase}_step._VocabParallelCrossEntropy",
                                 _meta(None, "loss", "comm", "loss")))
+        if c.cp > 1 and phase == "forward":
+            # loss_func with context parallelism: [sum of losses, token count] summed over the CP ranks (fp32)
+            out.append(comm(AR, CommGroup.cp_group, c.cp, 8, "forward_step.loss_func", _meta(None, "loss", "comm", "loss")))
         if c.dp > 1 and phase == "forward":
             # loss_func: all_reduce([sum of losses, token count]) in fp32 over data parallel
             out.append(comm(AR, CommGroup.dp_group, c.dp, 8, "forward_step.loss_func", _meta(None, "loss", "comm", "loss")))
@@ -158,8 +161,8 @@ class TransformerLayer(MockedModule):
             width = (model.num_attention_heads + model.query_groups) * kv // ctx.tp
             modules.append(Elementwise(ctx, f"{p}.rotary_pos_emb", "rotary", (ctx.seq, ctx.micro, width), layer,
                                        "attention", "MegatronRotaryEmbedding", fused=ctx.stack.rope_fused))
-        modules.append(CoreAttention(ctx, f"{p}.core_attention", model.num_attention_heads, model.query_groups, kv, layer,
-                                     selective))
+        modules.append(core_attention(ctx, f"{p}.core_attention", model.num_attention_heads, model.query_groups, kv, layer,
+                                      selective, window=model.attention_window(layer)))
         modules.append(RowParallelLinear(ctx, f"{p}.linear_proj", q_size, h, bias, layer, "attention"))
         return modules
 
@@ -194,10 +197,16 @@ class MegatronChunk(MockedModule):
     ``first_layer`` is the global index of the first transformer layer (0-based).  With tied
     embeddings the last stage of a pipeline holds its own copy of the word embedding as the output
     weight (Megatron allocates it there and keeps it in sync through the embedding group).
+
+    ``mtp_layers``: the multi-token-prediction layers this chunk holds (:mod:`mocked_model.mtp`; default: all of
+    ``--mtp_num_layers`` on the post-process chunk without a layout).  With MTP the final norm sits with the last
+    decoder layer (Megatron-core's ``has_final_layernorm_in_this_stage``), an MTP chunk that is not the first keeps
+    a copy of the word embedding for its lookups, and the post-process chunk runs the output layer and a cross
+    entropy per MTP layer before the main ones (``process_mtp_loss``).
     """
 
     def __init__(self, job: JobConfig, first_layer: int, num_layers: int, pre_process: bool, post_process: bool,
-                 ctx: MegatronContext | None = None, layer_factory=None) -> None:
+                 ctx: MegatronContext | None = None, layer_factory=None, mtp_layers: int | None = None) -> None:
         super().__init__("chunk")
         ctx = ctx or MegatronContext.of(job)
         model = job.model
@@ -207,16 +216,36 @@ class MegatronChunk(MockedModule):
         self.embedding = VocabEmbedding(ctx, job) if pre_process else None
         self.layers = [factory(ctx, job, first_layer + i) for i in range(num_layers)]
         children: list[MockedModule] = ([self.embedding] if self.embedding else []) + list(self.layers)
+        if mtp_layers is None:
+            mtp_layers = model.mtp_num_layers if post_process and job.parallel.layout is None else 0
+        self.mtp_layers: list[MockedModule] = []
+        embedding_copy = False
+        if mtp_layers:
+            from mocked_model.mtp import EmbeddingCopy, MTPLayer
+
+            lookup = self.embedding or VocabEmbedding(ctx, job)  # the lookups' items; the weight is the embedding's
+            if not pre_process:
+                children.insert(0, EmbeddingCopy(ctx, job))
+                embedding_copy = True
+            self.mtp_layers = [MTPLayer(ctx, job, k, lookup, factory) for k in range(mtp_layers)]
+        last_decoder = num_layers > 0 and first_layer + num_layers == model.num_layers
+        if (post_process and not model.mtp_num_layers) or (model.mtp_num_layers and last_decoder):
+            children.append(norm(ctx, "final_layernorm", model.normalization, model.hidden_size, None, "output"))
+        children.extend(self.mtp_layers)
         if post_process:
             tied = not model.untie_embeddings_and_output_weights
             if not tied:
                 weight: MockedParam | bool = True
-            elif pre_process:
-                weight = False  # the embedding's own weight
+            elif pre_process or embedding_copy:
+                weight = False  # the embedding's own weight (or this stage's copy of it)
             else:
                 weight = MockedParam("output_layer.weight", (job.padded_vocab_size // ctx.tp, model.hidden_size),
                                      shared_copy=True)
-            children.append(norm(ctx, "final_layernorm", model.normalization, model.hidden_size, None, "output"))
+            if model.mtp_num_layers:
+                from mocked_model.mtp import MTPLoss
+
+                children.extend(MTPLoss(ctx, job, k, VocabParallelLoss(ctx, job.padded_vocab_size // ctx.tp))
+                                for k in range(model.mtp_num_layers))
             children.append(ColumnParallelLinear(ctx, "output_layer", model.hidden_size, job.padded_vocab_size, False,
                                                  None, "output", label="MegatronOutputLayer", weight=weight, bf16=True))
             children.append(VocabParallelLoss(ctx, job.padded_vocab_size // ctx.tp))
@@ -255,7 +284,8 @@ def optimizer_item(job: JobConfig, chunks: list[MockedModule]) -> WorkItem:
         for q in chunk.parameters():
             local += q.numel
             tensors += 1
-            owned += -(-q.numel // (p.expert_dp if q.is_expert else p.dp)) if t.use_distributed_optimizer else q.numel
+            # the distributed optimizer shards dense parameters over dp x cp (Megatron's data-parallel group with context)
+            owned += -(-q.numel // (p.expert_dp if q.is_expert else p.dp * p.cp)) if t.use_distributed_optimizer else q.numel
     meta = {"layer": None, "sub": "optimizer", "op": "optimizer", "name": "optimizer", "loss_scaling": t.loss_scaling,
             "grad_bytes": t.grad_bytes, "impl": "fused" if t.stack.fused_extensions else "torch", "tensors": tensors,
             "distributed": t.use_distributed_optimizer}

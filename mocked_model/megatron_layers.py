@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from mocked_model.base import MockedModule, MockedParam, comm, compute
 from utils.config import JobConfig, KernelStack
+from utils.context_parallel import cp_levels
 from utils.workload import CommGroup, CommType, WorkItem
 
 AG, RS, AR, BC = CommType.all_gather, CommType.reduce_scatter, CommType.all_reduce, CommType.broadcast
@@ -53,6 +54,15 @@ class MegatronContext:
     fp8_recipe: str | None = None
     async_allreduce: bool = True
     tp_comm_overlap: bool = False
+    cp: int = 1
+    """Context-parallel size: ``seq`` is then this rank's ``1/cp`` of the sequence (:mod:`mocked_model.context_parallel`)."""
+    cp_comm: str = "p2p"
+    cp_levels: tuple[int, int] = (1, 1)
+
+    @property
+    def seq_full(self) -> int:
+        """The whole sequence (``seq * cp``): what the data loader's broadcasts carry before the CP split."""
+        return self.seq * self.cp
 
     @property
     def flash(self) -> bool:
@@ -93,7 +103,10 @@ class MegatronContext:
     def of(cls, job: JobConfig) -> MegatronContext:
         p, t = job.parallel, job.training
         m = job.model
-        return cls(tp=p.tp, sp=p.sequence_parallel, seq=t.seq_length, micro=p.micro_batch, hidden=m.hidden_size,
+        # under context parallelism every rank holds seq / cp tokens between the attention cores (Megatron's
+        # get_batch_on_this_cp_rank): every linear, norm and TP collective sees the local sequence
+        return cls(tp=p.tp, sp=p.sequence_parallel, seq=t.seq_length // p.cp, micro=p.micro_batch, hidden=m.hidden_size,
+                   cp=p.cp, cp_comm=t.cp_comm_type, cp_levels=cp_levels(job),
                    dtype_bytes=t.dtype_bytes, compute=t.computation_enable, dp=p.dp, stack=t.stack,
                    attention_dropout=m.attention_dropout, hidden_dropout=m.hidden_dropout, grad_bytes=t.grad_bytes,
                    bias=m.add_bias_linear, fp8_recipe=t.fp8_recipe if t.fp8 else None,
@@ -267,9 +280,10 @@ class CoreAttention(MockedModule):
     dropout), ``v_dim`` and ``causal`` (GPT training is causal)."""
 
     def __init__(self, ctx: MegatronContext, name: str, heads: int, groups: int, head_dim: int, layer: int | None,
-                 recompute: bool, v_head_dim: int | None = None) -> None:
+                 recompute: bool, v_head_dim: int | None = None, window: int | None = None) -> None:
         super().__init__(name)
         self.ctx, self.layer, self.recompute = ctx, layer, recompute
+        self.window = window  # sliding-window layer: its left window in tokens (meta['window'])
         self.heads, self.groups, self.head_dim = heads // ctx.tp, max(groups // ctx.tp, 1), head_dim
         self.v_dim = v_head_dim or head_dim
         self.flops = 2.0 * ctx.micro * self.heads * ctx.seq * ctx.seq * (head_dim + self.v_dim)
@@ -281,6 +295,8 @@ class CoreAttention(MockedModule):
                 "p": c.attention_dropout, "v_dim": self.v_dim, "causal": True}
         if not c.flash:
             meta["softmax"] = "fused" if c.stack.fused_softmax else "torch"
+        if self.window is not None:
+            meta["window"] = self.window
         return compute(f"{phase}.MegatronCoreAttention.{self.name}", shapes, flops, meta)
 
     def build_forward(self, phase: str) -> list[WorkItem]:

@@ -37,6 +37,9 @@ In flight on stage ``s`` of ``p``: ``min(m, p - s)`` micro-batches with 1F1B (Ko
 the first stage holds ``p``), ``(p - s - 1) * 2 + (v - 1) * p + 1`` model-chunk micro-batches with the
 interleaved schedule (which for the first stage is Megatron's ``1 + (p - 1)/(p v)`` penalty), one
 without pipelining.  Full recomputation adds the working set of the one layer being recomputed.
+Context parallelism (``--context-parallel-size``): every term above is of the rank's ``s / cp`` tokens (the
+sequence split, Megatron's ``get_batch_on_this_cp_rank``), the distributed optimizer shards over ``dp x cp``, and
+one layer's ring / all-to-all / all-gather buffers are added (:func:`mocked_model.context_parallel.cp_buffer_bytes`).
 The first stage adds the token ids (int64) and the embedding's dropout mask per micro-batch in flight;
 the last stage the output layer's inputs and the fp32 logits of the loss, ``4sbh(1 + v/h)/t``
 (Korthikanti section 4.3).
@@ -89,7 +92,8 @@ class StageMemory:
 
     @property
     def activations_bytes(self) -> float:
-        return self._sum(("activations", "embedding activations", "output-layer activations", "recompute working set"))
+        return self._sum(("activations", "embedding activations", "output-layer activations", "recompute working set",
+                          "context-parallel buffers"))
 
     @property
     def total_bytes(self) -> float:
@@ -153,7 +157,8 @@ def layer_activation_bytes(job: JobConfig, layer: int, recompute: str | None = N
     (module docstring: Korthikanti et al. 2022, section 4.1, term by term)."""
     m, p, t = job.model, job.parallel, job.training
     recompute = t.recompute if recompute is None else recompute
-    s, b, h, tp, a = t.seq_length, p.micro_batch, m.hidden_size, p.tp, t.dtype_bytes
+    # context parallelism: every rank holds s / cp tokens of each sequence (and attends to the whole one)
+    s, b, h, tp, a = t.seq_length // p.cp, p.micro_batch, m.hidden_size, p.tp, t.dtype_bytes
     tokens = s * b
     sp = p.sequence_parallel
     unsplit = tokens * h / (tp if sp else 1)  # elements of a tensor between the TP regions
@@ -185,11 +190,14 @@ def layer_activation_bytes(job: JobConfig, layer: int, recompute: str | None = N
     out += a * unsplit * 2 + hidden_mask * unsplit           # MLP LayerNorm's and fc1's inputs, dropout mask
     gate = 2 if m.swiglu else 1
     if m.is_moe_layer(layer):
-        routed = tokens / (tp if sp else 1) * m.moe_router_topk  # token copies this rank's experts see, balanced
+        from mocked_model.moe_dispatch import moe_activation_rows
+
+        # the busiest EP rank's rows (routing skew, --moe_imbalance, capacity padding, the expert-TP gather)
+        sent, rows, probs = moe_activation_rows(job)
         ffn = m.moe_ffn_hidden_size // p.expert_tp
-        out += 2 * a * routed * h                            # permuted tokens in, unpermuted out
-        out += a * routed * (h + ffn * gate + ffn)           # experts' fc1, activation and fc2 inputs
-        out += 4 * tokens * m.num_experts / (tp if sp else 1)  # fp32 router probabilities
+        out += 2 * a * sent * h                              # permuted tokens in, unpermuted out
+        out += a * rows * (h + ffn * gate + ffn)             # experts' fc1, activation and fc2 inputs
+        out += probs * tokens * m.num_experts / (tp if sp else 1) + 4 * rows  # router probabilities, permuted fp32
         if m.n_shared_experts:
             shared = m.moe_ffn_hidden_size * m.n_shared_experts // tp
             out += a * tokens * (shared * gate + shared)
@@ -225,6 +233,8 @@ class StageShape:
     layers: tuple[tuple[int, int], ...]
     pre_process: bool
     post_process: bool
+    mtp: int = 0
+    """Multi-token-prediction layers (their transformer layers are in ``layers``, numbered from ``num_layers``)."""
 
 
 def stage_shape(chunks: list) -> StageShape:
@@ -235,9 +245,12 @@ def stage_shape(chunks: list) -> StageShape:
         for i, layer in enumerate(getattr(chunk, "layers", [])):
             index = getattr(layer, "layer", i)
             kinds[index] = kinds.get(index, 0) + 1
+        for mtp in getattr(chunk, "mtp_layers", []):  # an MTP layer's transformer layer keeps a layer's activations
+            kinds[mtp.layer] = kinds.get(mtp.layer, 0) + 1
     return StageShape(sum(q.numel for q in params), sum(q.numel for q in params if q.is_expert), tuple(kinds.items()),
                       any(getattr(c, "pre_process", False) for c in chunks),
-                      any(getattr(c, "post_process", False) for c in chunks))
+                      any(getattr(c, "post_process", False) for c in chunks),
+                      sum(len(getattr(c, "mtp_layers", [])) for c in chunks))
 
 
 def stage_memory(job: JobConfig, stage: int, shape: StageShape) -> StageMemory:
@@ -258,21 +271,31 @@ def stage_memory(job: JobConfig, stage: int, shape: StageShape) -> StageMemory:
                       Term("optimizer states", optimizer_bytes * local / n, f"ZeRO: {optimizer_bytes} B / N (Adam)")]
     else:
         shard = 1 if not t.use_distributed_optimizer else None
-        owned = local if shard else dense / p.dp + expert / p.expert_dp
-        how = "sharded over DP by the distributed optimizer" if not shard else "Megatron's 18 B per parameter"
+        owned = local if shard else dense / (p.dp * p.cp) + expert / p.expert_dp
+        over = "DP x CP" if p.cp > 1 else "DP"
+        how = f"sharded over {over} by the distributed optimizer" if not shard else "Megatron's 18 B per parameter"
         out.terms += [Term("parameters", param_bytes * local, f"{param_bytes} B per parameter"),
                       Term("gradients", t.grad_bytes * local, f"{t.grad_bytes} B main gradient per parameter"),
                       Term("optimizer states", optimizer_bytes * owned,
                            f"{optimizer_bytes} B (fp32 master, Adam moments) per owned parameter; {how}")]
     if shape.layers:
         per_layer = sum(layer_activation_bytes(job, layer) * count for layer, count in shape.layers)
+        if shape.mtp and t.recompute != "full":
+            from mocked_model.mtp import mtp_activation_bytes
+
+            per_layer += shape.mtp * mtp_activation_bytes(job)  # the MTP layers' norms, concatenation, projection
         in_flight = _in_flight(job, stage)
         out.terms.append(Term("activations", per_layer * in_flight,
                               f"Korthikanti et al. 2022 Table 2 per layer x {in_flight:g} micro-batches in flight"))
         if t.recompute == "full":
             worst = max(layer_activation_bytes(job, layer, "none") for layer, _ in shape.layers)
             out.terms.append(Term("recompute working set", worst, "one layer recomputed in full"))
-    tokens = t.seq_length * p.micro_batch
+        if p.cp > 1:
+            from mocked_model.context_parallel import cp_buffer_bytes
+
+            out.terms.append(Term("context-parallel buffers", cp_buffer_bytes(job),
+                                  f"one layer's {t.cp_comm_type} K/V and output buffers (Transformer Engine)"))
+    tokens = t.seq_length // p.cp * p.micro_batch
     if shape.pre_process:
         in_flight = _in_flight(job, stage) if p.pp > 1 else 1.0
         mask = tokens * m.hidden_size / (p.tp if p.sequence_parallel else 1) if m.hidden_dropout > 0 else 0.0
@@ -281,8 +304,10 @@ def stage_memory(job: JobConfig, stage: int, shape: StageShape) -> StageMemory:
     if shape.post_process:
         hidden = t.dtype_bytes * tokens * m.hidden_size * 2 / (p.tp if p.sequence_parallel else 1)
         logits = 4 * tokens * job.padded_vocab_size / p.tp
-        out.terms.append(Term("output-layer activations", hidden + logits,
-                              "final norm and output-layer inputs, fp32 logits (Korthikanti section 4.3)"))
+        heads = 1 + m.mtp_num_layers  # process_mtp_loss: one more output layer and cross entropy per MTP layer
+        out.terms.append(Term("output-layer activations", (hidden + logits) * heads,
+                              "final norm and output-layer inputs, fp32 logits (Korthikanti section 4.3)"
+                              + (f", x {heads} with the MTP losses" if heads > 1 else "")))
     rest = sum(term.bytes for term in out.terms)
     out.terms.append(Term("workspace and fragmentation", FIXED_ALLOWANCE + FRAGMENTATION * rest,
                           "2 GiB (CUDA context, workspaces, NCCL buffers) + 5% (allocator), assumed"))
@@ -333,15 +358,19 @@ def megatron_stage_shapes(job: JobConfig) -> list[StageShape]:
     last = len(counts) - 1
     shapes: dict[tuple, StageShape] = {}
     out = []
+    from mocked_model.mtp import chunk_mtp_layers
+
     for stage in range(p.pp):
         chunks = [(offsets[u], counts[u], u == 0, u == last) for u in range(stage, len(counts), p.pp)]
+        mtp = chunk_mtp_layers(job, stage)
         kind_counts = tuple((first, count, pre, post, tuple(job.model.is_moe_layer(i) for i in range(first, first + count)))
                             for first, count, pre, post in chunks)
-        key = tuple((count, pre, post, moe) for _first, count, pre, post, moe in kind_counts)
+        key = tuple((count, pre, post, moe, first + count == job.model.num_layers)
+                    for first, count, pre, post, moe in kind_counts) + tuple(mtp)
         shape = shapes.get(key)
         if shape is None:
-            modules = [MegatronChunk(job, first, count, pre, post, ctx, layer_factory=layer)
-                       for first, count, pre, post in chunks]
+            modules = [MegatronChunk(job, first, count, pre, post, ctx, layer_factory=layer, mtp_layers=mtp[c])
+                       for c, (first, count, pre, post) in enumerate(chunks)]
             shape = shapes[key] = stage_shape(modules)
         out.append(shape)
     return out

@@ -14,9 +14,9 @@ projection of the hidden state.
 from __future__ import annotations
 
 from mocked_model.base import MockedModule, MockedParam, comm, compute
+from mocked_model.context_parallel import core_attention
 from mocked_model.megatron_layers import (
     ColumnParallelLinear,
-    CoreAttention,
     MegatronContext,
     RowParallelLinear,
     _meta,
@@ -98,7 +98,8 @@ def mla_attention(ctx: MegatronContext, job: JobConfig, layer: int, selective_re
         norm(ctx, f"{p}.kv_layernorm", "RMSNorm", m.kv_lora_rank, layer, "attention"),
         ColumnParallelLinear(ctx, f"{p}.linear_kv_up_proj", m.kv_lora_rank, heads * (m.qk_head_dim + m.v_head_dim), False,
                              layer, "attention"),
-        CoreAttention(ctx, f"{p}.core_attention", heads, heads, q_head, layer, selective_recompute, v_head_dim=m.v_head_dim),
+        core_attention(ctx, f"{p}.core_attention", heads, heads, q_head, layer, selective_recompute, v_head_dim=m.v_head_dim,
+                       window=m.attention_window(layer)),
         RowParallelLinear(ctx, f"{p}.linear_proj", heads * m.v_head_dim, h, False, layer, "attention"),
     ]
     return modules

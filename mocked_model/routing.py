@@ -7,6 +7,11 @@ more than ``1 / topk`` of them (a token picks ``topk`` distinct experts).  Every
 expert-parallel group routes its tokens with the same shares, so EP rank 0, which holds experts
 ``0 .. E/ep - 1``, is the busiest; the generated workload is its view.
 
+A load-imbalance factor ``f`` (``--moe_imbalance``, >= 1) sets the busiest expert's share to ``f`` times the
+mean, ``f / E`` of the routed tokens (capped at ``1 / topk``); the other experts share the rest, equally when
+``s = 0``, else in their Zipf proportions.  The factor is the imbalance published measurements quote (the
+busiest expert's load over the mean, MaxVio + 1); the skew shapes the rest of the distribution.
+
 With ``--moe_expert_capacity_factor f`` each expert accepts at most ``ceil(tokens * topk / E * f)``
 tokens from a rank (Megatron's ``get_capacity``) and drops the rest; with
 ``--moe_pad_expert_input_to_capacity`` every expert receives exactly its capacity.
@@ -18,10 +23,22 @@ from dataclasses import dataclass
 from math import ceil
 
 
-def expert_shares(num_experts: int, topk: int, skew: float) -> list[float]:
-    """Fraction of the routed tokens each expert receives (sums to 1; none above ``1 / topk``)."""
+def expert_shares(num_experts: int, topk: int, skew: float, imbalance: float = 1.0) -> list[float]:
+    """Fraction of the routed tokens each expert receives (sums to 1; none above ``1 / topk``); with
+    ``imbalance`` > 1 expert 0 takes ``imbalance / num_experts`` of them and the others the rest."""
     weights = [(e + 1) ** -skew for e in range(num_experts)]
     cap = 1.0 / topk
+    if imbalance > 1.0 and num_experts > 1:
+        hot = min(imbalance / num_experts, cap)
+        others = sum(weights[1:])
+        # the others keep their Zipf weights' proportions in the mass the hot expert leaves (re-capped at 1 / topk)
+        return _capped([hot] + [(1.0 - hot) * w / others for w in weights[1:]], cap)
+    return _capped(weights, cap)
+
+
+def _capped(weights: list[float], cap: float) -> list[float]:
+    """``weights`` normalised to sum 1, no share above ``cap`` (the excess spread over the others in proportion)."""
+    num_experts = len(weights)
     shares = [0.0] * num_experts
     free = list(range(num_experts))
     mass = 1.0
@@ -75,9 +92,9 @@ class Routing:
 
 
 def route(tokens: int, num_experts: int, topk: int, ep: int, skew: float = 0.0,
-          capacity_factor: float | None = None, pad_to_capacity: bool = False) -> Routing:
+          capacity_factor: float | None = None, pad_to_capacity: bool = False, imbalance: float = 1.0) -> Routing:
     """Route ``tokens`` tokens of one rank to ``num_experts`` experts spread over ``ep`` ranks."""
-    counts = _integer_split(tokens * topk, expert_shares(num_experts, topk, skew))
+    counts = _integer_split(tokens * topk, expert_shares(num_experts, topk, skew, imbalance))
     capacity = None
     dropped = 0
     if capacity_factor is not None:

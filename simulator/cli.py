@@ -109,6 +109,9 @@ def build_parser(job_flags: bool = True) -> CliParser:
                       help="multiply every latency term of NCCL's model (0: bandwidth only; default 1)")
     topo.add_argument("--peak_tflops", "--peak-tflops", type=positive_number, metavar="TFLOPS",
                       help="dense peak TFLOP/s per GPU for the MFU (default by GPU type)")
+    topo.add_argument("--inference_config", "--inference-config", metavar="JSON",
+                      help="an inference workload's model config (AICB's JSON) when -w's file was made from one: "
+                           "default the config its header names, else the model its name names")
     from simulator.profile_flags import add_flags as add_profile_flags  # --profile DIR --network_device NAME
 
     add_profile_flags(p)

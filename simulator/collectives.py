@@ -238,6 +238,8 @@ def collective_cost(kind: str, size: float, shape: GroupShape, links: LinkModel)
         return NO_COST
     if kind == "all_to_all":
         return _all_to_all(size, shape, links)
+    if kind == "isend":
+        return ring_exchange_cost(size, shape, links)
     if kind not in RING_KINDS:
         return NO_COST
     best = (math.inf, "ring", "Simple")
@@ -266,6 +268,17 @@ def _all_to_all(size: float, shape: GroupShape, links: LinkModel) -> Cost:
     latency = BASE_LAT_US["ring"][0] * 1e-6 + (k - 1) * a_nv + (n - k) * a_net
     time_s = latency * links.latency_scale + t_bw
     return Cost(time_s, "pairwise", "Simple", size / time_s * (n - 1) / n)
+
+
+def ring_exchange_cost(size: float, shape: GroupShape, links: LinkModel) -> Cost:
+    """Every member of a group sends ``size`` bytes to its ring successor and receives as much from its predecessor
+    at once (context parallelism's ring attention, one round): one point-to-point transfer over the ring's slowest hop.
+    Inside a server that is NVLink; across servers a hop leaves its server through the sender's NIC share (ranks
+    ``k`` apart on ``k`` rails, so no NIC carries two hops), slowed by the tiers' congestion: :func:`p2p_cost` of that
+    path."""
+    if shape.servers <= 1:
+        return p2p_cost(size, True, shape.nvlink_Bps, shape.nvlink_latency_s, links)
+    return p2p_cost(size, False, shape.nic_Bps, shape.net_latency_s, links, shape.congestion)
 
 
 def p2p_cost(size: float, same_server: bool, bottleneck_Bps: float, path_latency_s: float, links: LinkModel,

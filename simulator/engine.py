@@ -14,8 +14,9 @@ Each stage is a sequence of steps run in order on its compute stream; what coupl
 - the step program runs after the last scheduled step: ``finish_grad_sync`` waits for the
   gradient-sync stream, collectives inside the stage run in turn, a collective whose group spans
   stages starts when the last of its stages arrives, and a collective the workload marks
-  overlappable (the distributed optimizer's parameter all-gather with ``--overlap_param_gather``)
-  is counted but left to overlap the next iteration's forward.
+  overlappable is counted but not waited for: the distributed optimizer's parameter all-gathers
+  with ``--overlap_param_gather`` are waited for by the first forward of each model chunk instead,
+  bucket by bucket (:mod:`simulator.param_gather`).
 
 The iteration time is the latest stage finish.  Per stage, time is booked to compute, exposed
 comm per group (blocking collectives, waits for overlapped ones, waits for gradient sync), exposed
@@ -34,7 +35,7 @@ from typing import Any
 
 from simulator.programs import ASYNC, COMM, COMPUTE, GRAD, GRAD_WAIT, GROUP_CATEGORY, SYNC, Program, StageScript
 
-CATEGORIES = ("TP", "EP", "DP", "DP_EP", "PP", "other")
+CATEGORIES = ("TP", "EP", "DP", "DP_EP", "PP", "other", "CP")
 """Exposed-comm terms a stage's time is booked to (besides compute and bubble)."""
 
 
@@ -59,6 +60,8 @@ class CompiledProgram:
     grads: list[tuple[float, float, str, str, str, int]]
     intervals: list[tuple[float, float, str, str, str, str]]
     layers: dict[str, list[float]]
+    starts: list[float] = field(default_factory=list)
+    """Each op's start offset (seconds; where the compute stream reaches it)."""
 
 
 def compile_program(program: Program, durations: Sequence[float], contention: float = 0.0) -> CompiledProgram:
@@ -84,6 +87,7 @@ def compile_program(program: Program, durations: Sequence[float], contention: fl
     intervals = []
     layers: dict[str, list[float]] = {}
     pending: tuple[float, str, list[float]] | None = None  # (end, category, layer accumulator) of a wait_next op
+    starts: list[float] = []
 
     def settle() -> None:
         nonlocal t, pending
@@ -98,6 +102,7 @@ def compile_program(program: Program, durations: Sequence[float], contention: fl
             t = end
 
     for index, (op, d) in enumerate(zip(program.ops, durations)):
+        starts.append(t)
         acc = layers.get(op.layer)
         if acc is None:
             acc = layers[op.layer] = [0.0, 0.0, 0.0]
@@ -133,6 +138,11 @@ def compile_program(program: Program, durations: Sequence[float], contention: fl
             t += d
             exposed[cat] += d
             acc[2] += d
+        elif kind == ASYNC and op.wait_next and cat == "CP":
+            # context parallelism's ring exchange runs on its own stream and communicator (Transformer Engine's
+            # cp_stream and CP group), not behind the TP collectives overlapped on the other stream
+            pending = (t + d, cat, acc)
+            intervals.append((t, d, "overlap comm", cat, op.name, op.layer))
         elif kind == ASYNC and op.wait_next:
             start = max(overlap_free, t)
             overlap_free = start + d
@@ -150,7 +160,8 @@ def compile_program(program: Program, durations: Sequence[float], contention: fl
         exposed[overlap_cat] += overlap_free - t
         intervals.append((t, overlap_free - t, "comm", overlap_cat, "wait for overlapped comm", ""))
         t = overlap_free
-    return CompiledProgram(program, list(durations), t, compute, dict(exposed), dict(comm), grads, intervals, layers)
+    return CompiledProgram(program, list(durations), t, compute, dict(exposed), dict(comm), grads, intervals, layers,
+                           starts)
 
 
 @dataclass
@@ -313,7 +324,7 @@ def _marks(script: StageScript) -> list[tuple]:
 
 def run(scripts: Sequence[StageScript], compiled: Sequence[dict[int, CompiledProgram]], p2p_time: P2PCost,
         step_time: StepCost, sync_members: Callable[[str], Sequence[int]], extrapolate: bool = True,
-        insert: int = 0) -> EngineResult:
+        insert: int = 0, param_gathers: Sequence[Any] | None = None) -> EngineResult:
     """Play the scripts.  ``compiled[s][id(program)]`` is stage s's compiled program; ``sync_members``
     gives the stages of a cross-stage group.  Raises :class:`Deadlock` if no stage can move.
 
@@ -330,7 +341,10 @@ def run(scripts: Sequence[StageScript], compiled: Sequence[dict[int, CompiledPro
     job's middle micro-batches all run the same programs, so the builder made only a few of them); the
     engine adds those cycles at the first repeating cycle, without a step of the schedule for them, and
     :attr:`EngineResult.inserted` says whether it could (when no cycle repeated, the caller plays the
-    whole schedule instead)."""
+    whole schedule instead).
+
+    ``param_gathers`` (per stage, a :class:`simulator.param_gather.StagePlan` or None): the parameter all-gathers
+    ``--overlap_param_gather`` leaves to the forward; the first forward of each chunk waits for its buckets."""
     pp = len(scripts)
     times = [StageTimes(s) for s in range(pp)]
     clock = [0.0] * pp
@@ -398,11 +412,14 @@ def run(scripts: Sequence[StageScript], compiled: Sequence[dict[int, CompiledPro
                 exposed_s[cat] += d
             for cat, d in cp.comm_s.items():
                 comm_s[cat] += d
+            gather_delay = 0.0
+            if param_gathers is not None and step.kind == "F" and param_gathers[s] is not None:
+                gather_delay = param_gathers[s].forward(step, t, cp.starts, st_times)
             for offset, d, cat, _name, _layer, op_index in cp.grads:
                 start = max(grad_free[s], t + offset)
                 grad_free[s] = start + d
                 st_times.grad_instances.append((start, start + d, cat, i, op_index))
-            clock[s] = t + cp.duration_s
+            clock[s] = t + cp.duration_s + gather_delay
             if step.kind == "B":
                 st_times.backward_end_s = clock[s]
             pos[s] += 1
@@ -482,6 +499,8 @@ def run(scripts: Sequence[StageScript], compiled: Sequence[dict[int, CompiledPro
         return all(pos[s] == targets[s] for s in range(pp)) and not any(channels.values())
 
     cycles = _steady_cycles(scripts) if extrapolate or insert else None
+    if cycles is not None and param_gathers is not None:  # the first forwards (their gathers) are played, not repeated
+        cycles = [(starts[1:], length) for starts, length in cycles]
     inserted = False
     if cycles is not None:
         inserted = _extrapolate(scripts, cycles, times, clock, grad_free, pos, play_to, insert)

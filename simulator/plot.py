@@ -20,11 +20,11 @@ if TYPE_CHECKING:
 
     from simulator.result import SimulationResult
 
-TERMS = ("compute", "TP", "EP", "DP", "DP_EP", "PP", "other", "bubble")
-COLORS = {"compute": "#4c72b0", "TP": "#dd8452", "EP": "#c44e52", "DP": "#55a868", "DP_EP": "#64b5cd",
+TERMS = ("compute", "TP", "CP", "EP", "DP", "DP_EP", "PP", "other", "bubble")
+COLORS = {"compute": "#4c72b0", "TP": "#dd8452", "CP": "#da8bc3", "EP": "#c44e52", "DP": "#55a868", "DP_EP": "#64b5cd",
           "PP": "#8172b3", "other": "#937860", "bubble": "#e5e5e5"}
-LABELS = {"TP": "exposed TP", "EP": "exposed EP", "DP": "exposed DP", "DP_EP": "exposed DP_EP", "PP": "exposed PP",
-          "other": "exposed other", "compute": "compute", "bubble": "bubble"}
+LABELS = {"TP": "exposed TP", "CP": "exposed CP", "EP": "exposed EP", "DP": "exposed DP", "DP_EP": "exposed DP_EP",
+          "PP": "exposed PP", "other": "exposed other", "compute": "compute", "bubble": "bubble"}
 
 
 def breakdown_chart(sim: Any, title: str | None = None) -> Figure:
@@ -35,12 +35,12 @@ def breakdown_chart(sim: Any, title: str | None = None) -> Figure:
     import numpy as np
 
     rows = sim.breakdown()
-    terms = [t for t in COLORS if any(values[t] > 0 for _, values in rows)]
+    terms = [t for t in COLORS if any(values.get(t, 0.0) > 0 for _, values in rows)]
     fig, ax = new_figure(max(2.6, 1.9 + 0.4 * len(rows)))
     labels = [label for label, _ in rows]
     left = np.zeros(len(rows))
     for term in terms:
-        widths = np.array([values[term] / 1000.0 for _, values in rows])
+        widths = np.array([values.get(term, 0.0) / 1000.0 for _, values in rows])
         ax.barh(labels, widths, left=left, color=COLORS[term], label=LABELS[term], edgecolor="white",
                 linewidth=0.4)
         left += widths

@@ -250,9 +250,15 @@ def read_compute(root: str | os.PathLike, sku: str) -> ComputeRows:
                 continue
             paths.append(path)
             _, rows = _rows(path, MLP_COLUMNS if name == "mlp.csv" else ATTENTION_COLUMNS, f"compute profile ({name})")
+            here: dict[tuple, int] = {}
             for line, raw in rows:
                 row = reader(path, line, raw)
-                table.setdefault(row_key(row, name), row)  # the same point in two model folders: the first wins
+                key = row_key(row, name)
+                if key in here:  # in one file, as the network files: two times for one point is a broken file
+                    raise FormatError(path, f"the point of line {here[key]} again ({_key_text(key, name)}); keep one "
+                                            "row per measured point", line=line)
+                here[key] = line
+                table.setdefault(key, row)  # the same point in two model folders: the first wins
     if not paths:
         raise ConfigError(f"--compute_sku {sku}: {folder} holds no <model>/mlp.csv or attention.csv")
     return ComputeRows(sku, tuple(paths), tuple(mlp.values()), tuple(attention.values()))
@@ -300,6 +306,17 @@ def row_key(row: dict[str, Any], name: str = "mlp.csv") -> tuple:
     if row["op"] == "gemm":
         return ("gemm", row["dtype"], row["m"], row["n"], row["k"], row["batch"])
     return (row["op"], row["phase"], row["dtype"], row["shapes"], row["variant"])
+
+
+def _key_text(key: tuple, name: str) -> str:
+    """A row key as ``column value, ...`` for messages."""
+    if name == "attention.csv":
+        columns = ATTENTION_COLUMNS[:-1]
+    elif key and key[0] == "gemm":
+        columns = ("op", "dtype", "m", "n", "k", "batch")
+    else:
+        columns = ("op", "phase", "dtype", "shapes", "variant")
+    return ", ".join(f"{c} {v}" for c, v in zip(columns, key) if v != "")
 
 
 def write_compute(root: str | os.PathLike, sku: str, model: str, mlp: Sequence[dict[str, Any]],
@@ -442,7 +459,8 @@ def _write(path: str, columns: Sequence[str], rows: list[dict[str, Any]], key: S
 
     def key_of(row: dict[str, Any]) -> tuple:
         values = row_key(row, os.path.basename(path)) if key is None else tuple(row.get(c) for c in key)
-        return tuple(str(v) for v in values)
+        # numbers as floats: a file's "0" and a new row's 0.0 are one point (the reader keys them alike)
+        return tuple(repr(float(v)) if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v) for v in values)
 
     if merge and os.path.isfile(path):
         with open(path, encoding="utf-8", newline="") as handle:

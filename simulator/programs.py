@@ -12,7 +12,9 @@ backward.  A program is a sequence of :class:`Op`:
   collective with ``tp_comm_overlap``): it runs on a communication stream beside the compute and
   the step waits for it at its end; with ``wait_next`` (``meta["overlap"] == "next"``: Megatron's
   asynchronous TP collectives of a linear layer's backward) the compute stream waits for it right
-  after the next compute op, which it slows by the SMs NCCL occupies meanwhile;
+  after the next compute op, which it slows by the SMs NCCL occupies meanwhile (context parallelism's ring
+  exchanges, an isend and an irecv item in a CP group, are one such op on a stream of their own, carried by the
+  send: each overlaps its round's attention);
 - ``GRAD``: a gradient bucket's reduction, issued on the gradient-sync stream when backward reaches
   the point where the bucket is complete (Megatron's ``--overlap_grad_reduce``);
 - ``GRAD_WAIT``: ``finish_grad_sync``: the step program waits for the gradient-sync stream;
@@ -43,8 +45,9 @@ COMPUTE, COMM, ASYNC, GRAD, GRAD_WAIT, SYNC = range(6)
 KIND_NAMES = ("compute", "comm", "async", "grad", "grad_wait", "sync")
 
 GROUP_CATEGORY = {
-    "tp_group": "TP", "ep_tp_group": "TP", "ep_group": "EP", "dp_group": "DP", "ep_dp_group": "DP_EP",
+    "tp_group": "TP", "ep_tp_group": "TP", "etp_group": "TP", "ep_group": "EP", "dp_group": "DP", "ep_dp_group": "DP_EP",
     "pp_group": "PP", "embedding_group": "other", "mp_group": "other", "all_nodes": "other",
+    "cp_group": "CP", "cp_a2a_group": "CP", "cp_p2p_group": "CP", "tp_cp_group": "TP", "dp_cp_group": "DP",
 }
 """Which exposed-comm term a group's time is booked to (``other``: step synchronisation across stages)."""
 CROSS_STAGE_GROUPS = frozenset({"pp_group", "mp_group", "embedding_group", "all_nodes"})
@@ -71,6 +74,13 @@ class Op:
     record: int = -1
     scale: float = 1.0
     wait_next: bool = False
+    chunk: int = -1
+    need: str = ""
+    """An overlapped parameter all-gather (``--overlap_param_gather``): the layer key of the first forward ops of
+    model chunk ``chunk`` that wait for it (:mod:`simulator.param_gather`)."""
+    deepep: tuple = ()
+    """DeepEP's fused dispatch or combine (:mod:`simulator.moe_comm`): (``dispatch``/``combine``, tokens, bytes per
+    token, experts, top-k, imbalance) of the busiest rank; empty for every other op."""
 
     @property
     def category(self) -> str:
@@ -327,7 +337,8 @@ def _layer_key(item) -> str:
 
 
 def _is_p2p(item) -> bool:
-    return item.comm_type.value in ("isend", "irecv")
+    """A pipeline p2p item (a ring exchange of context parallelism is another group's, inside a step)."""
+    return item.comm_type.value in ("isend", "irecv") and (item.comm_group is None or item.comm_group._value_ == "pp_group")
 
 
 def _phase_of(item) -> str:
@@ -361,10 +372,14 @@ def _item_op(item, phase: str, hook: ComputeHook, counters: _Counters, tp_comm_o
         if phase == "bwd":  # the EndToEnd columns split backward into input and weight gradients
             phase = "wg" if meta.get("op") == "wgrad" else "ig"
         return Op(COMPUTE, name, layer, phase, float(time_ns))
-    if ctype in ("epoch_end", "barrier", "isend", "irecv"):
-        return None
     group = item.comm_group._value_ if item.comm_group is not None else "all_nodes"
+    if ctype in ("epoch_end", "barrier", "irecv") or (ctype == "isend" and (item.comm_group is None or group == "pp_group")):
+        # pipeline p2p items are the schedule's P2P steps; of a ring exchange (context parallelism's isend + irecv)
+        # the send is the op and carries the pair's time, as every rank sends and receives at once (full duplex)
+        return None
     op = Op(COMM, f"{ctype} {group} {name}", layer, phase, 0.0, ctype, group, int(item.msg_size or 0))
+    if meta.get("deepep"):
+        op.deepep = tuple(meta["deepep"])
     if item.stage.startswith("backward.overlap_grad_reduce"):
         op.kind = GRAD
         counters.grad_items += 1
@@ -372,6 +387,9 @@ def _item_op(item, phase: str, hook: ComputeHook, counters: _Counters, tp_comm_o
         counters.finish_items += 1
     elif phase == "step" and group in CROSS_STAGE_GROUPS:
         op.kind = SYNC
+    elif meta.get("overlap") == "param_gather":  # counted in the step, waited for by the next forward
+        op.kind = ASYNC
+        op.chunk, op.need = int(meta.get("chunk", 0)), str(meta.get("need", ""))
     elif meta.get("overlappable") or (tp_comm_overlap and group in ("tp_group", "ep_tp_group")):
         op.kind = ASYNC
     elif meta.get("overlap") == "next":
@@ -510,7 +528,8 @@ def _finish(stages: list[StageScript], job, build: _Build) -> Scripts:
         warnings.append("--overlap_grad_reduce: the workload was generated without it, so its gradient buckets have no "
                         "ready points; they are reduced after the last backward")
     layout = dict(tp=p.tp, pp=p.pp, dp=p.dp, ep=p.ep, ga=p.ga, chunks=len(chunk_layout(job, 0)), world=p.world_size,
-                  order=p.order, etp=p.expert_tp)
+                  order=p.order, etp=p.expert_tp, cp=p.cp, hierarchical_cp=p.hierarchical_cp,
+                  embedding_stages=p.embedding_stages)
     return Scripts(stages, "workload", layout, warnings)
 
 

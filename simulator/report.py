@@ -207,19 +207,24 @@ def _topo_summary(result: SimulationResult) -> str:
     if d.hfu is not None and d.hfu_peak_tflops:
         mfu += (f"; hardware {d.hfu * d.hfu_peak_tflops:,.0f} TFLOP/s per GPU (recomputation included), "
                 f"{d.hfu * 100:.1f}% of {d.hfu_peak_tflops:g}")
+    cp_text = f" cp {s['cp']}" if (s.get("cp") or 1) > 1 else ""
     lines = [
-        f"topo model: {result.workload_path}: tp {s.get('tp')} ep {s.get('ep')} pp {s.get('pp')} dp {s.get('dp')} "
+        f"topo model: {result.workload_path}: tp {s.get('tp')}{cp_text} ep {s.get('ep')} pp {s.get('pp')} dp {s.get('dp')} "
         f"ga {s.get('ga')} chunks {s.get('chunks')}; {s.get('fabric')}; efficiency NVLink {s.get('nvlink_efficiency'):g} "
         f"NIC {s.get('nic_efficiency'):g}",
         f"  iteration {d.iteration_us:,.3f} us{mfu}",
         f"  {'stage':>5} {'compute':>14} {'TP':>12} {'EP':>12} {'DP':>12} {'DP_EP':>12} {'PP':>12} {'other':>10} "
         f"{'bubble':>14}  (us)",
     ]
+    cp = any(st.cp_comm_us for st in d.stages)  # context parallelism: its own column (EndToEnd books it to TP)
+    if cp:
+        lines[-1] = lines[-1].replace(f"{'TP':>12}", f"{'TP':>12} {'CP':>12}")
     for st in d.stages:
         mark = "*" if st.stage == d.reported_stage else " "
-        lines.append(f" {mark}{st.stage:>5} {st.compute_us:>14,.1f} {st.tp_exposed_us:>12,.1f} {st.ep_exposed_us:>12,.1f} "
-                     f"{st.dp_exposed_us:>12,.1f} {st.dp_ep_exposed_us:>12,.1f} {st.pp_exposed_us:>12,.1f} "
-                     f"{st.other_exposed_us:>10,.1f} {st.bubble_us:>14,.1f}")
+        cp_cell = f" {st.cp_exposed_us:>12,.1f}" if cp else ""
+        lines.append(f" {mark}{st.stage:>5} {st.compute_us:>14,.1f} {st.tp_exposed_us:>12,.1f}{cp_cell} "
+                     f"{st.ep_exposed_us:>12,.1f} {st.dp_exposed_us:>12,.1f} {st.dp_ep_exposed_us:>12,.1f} "
+                     f"{st.pp_exposed_us:>12,.1f} {st.other_exposed_us:>10,.1f} {st.bubble_us:>14,.1f}")
     lines.append(f"  EndToEnd terms (stage {d.reported_stage}, the busiest):")
     width = max(len(label) for _, label in TERMS)
     for name, label in TERMS:

@@ -40,12 +40,13 @@ SKIP = ("output", "output_dir", "workload_only", "enable_visual", "pp_rank", "ep
         "num_layers_per_virtual_pipeline_stage", "num_virtual_stages_per_pipeline_rank", "memory",
         "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers", "recompute_granularity",
         "recompute_activations", "enable_sequence_parallel", "use_distributed_optimizer", "use_tp_pp_dp_mapping",
-        "tp_comm_overlap")
+        "tp_comm_overlap", "context_parallel_size", "overlap_param_gather")
 """Job flags the search does not take (the layout's own, and output ones)."""
 RESULT_FIELDS = ("iteration_s", "tokens_per_s_per_gpu", "mfu", "memory_gib")
-BREAKDOWN_FIELDS = ("tp_comm_overlap", "world_size", "first_stage_layers", "last_stage_layers", "compute_s",
+BREAKDOWN_FIELDS = ("tp_comm_overlap", "overlap_param_gather", "cp", "etp",
+                    "world_size", "first_stage_layers", "last_stage_layers", "compute_s",
                     "exposed_comm_s", "bubble_s",
-                    "tp_exposed_s", "ep_exposed_s", "dp_exposed_s", "pp_exposed_s", "memory_weights_gib",
+                    "tp_exposed_s", "ep_exposed_s", "dp_exposed_s", "pp_exposed_s", "cp_exposed_s", "memory_weights_gib",
                     "memory_activations_gib", "lower_bound_s")
 HEADER = tuple(f for f in LAYOUT_FIELDS if f not in BREAKDOWN_FIELDS) + RESULT_FIELDS + \
     BREAKDOWN_FIELDS
@@ -74,6 +75,10 @@ def build_parser() -> CliParser:
     for name, text in (("tp", "tensor-parallel sizes"), ("pp", "pipeline-parallel sizes"), ("ep", "expert-parallel sizes"),
                        ("vpp", "model chunks per pipeline stage"), ("micro_batches", "micro-batch sizes")):
         p.add_argument(f"--{name}", metavar="N[,N...]", help=f"{text} to try (default: every one that divides)")
+    p.add_argument("--etp", metavar="N[,N...]", help="expert tensor-parallel sizes to try beside --ep (default: the TP "
+                   "size, Megatron's; any etp with etp x ep dividing a stage's tp x cp x dp ranks)")
+    p.add_argument("--cp", metavar="N[,N...]", help="context-parallel sizes to try (default 1; Megatron's "
+                   "--context-parallel-size, with the job's --cp_comm_type)")
     p.add_argument("--max_tp", type=positive_int, default=8, metavar="N", help="largest tensor-parallel size (default 8)")
     p.add_argument("--recompute", metavar="MODES", help="recomputation modes to try (default none,selective,full)")
     p.add_argument("--orders", metavar="ORDERS", help="rank orders to try (default tp-cp-ep-dp-pp,tp-cp-ep-pp-dp)")
@@ -84,6 +89,9 @@ def build_parser() -> CliParser:
     p.add_argument("--tp_comm_overlap", "--tp-comm-overlap", choices=("both", "on", "off"), default="both",
                    help="Megatron's --tp-comm-overlap in the layouts with sequence parallelism: both (default), "
                         "on or off")
+    p.add_argument("--overlap_param_gather", "--overlap-param-gather", choices=("both", "on", "off"), default="on",
+                   help="Megatron's --overlap-param-gather (with --overlap-grad-reduce, which it needs) in the layouts "
+                        "with the distributed optimizer: on (default, as the NeMo / Megatron-Bridge recipes), off or both")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(job_flags=frozenset(add_job_flags(p, JOB_GROUPS, SKIP)))
     return p
@@ -187,6 +195,7 @@ def result_row(layout: Layout, job: Any, result: Any, bound_s: float) -> dict[st
                exposed_comm_s=max(t.total_us - t.compute_us - t.bubble_us, 0.0) / 1e6, bubble_s=t.bubble_us / 1e6,
                tp_exposed_s=st.tp_exposed_us / 1e6, ep_exposed_s=st.ep_exposed_us / 1e6,
                dp_exposed_s=(st.dp_exposed_us + st.dp_ep_exposed_us) / 1e6, pp_exposed_s=st.pp_exposed_us / 1e6,
+               cp_exposed_s=st.cp_exposed_us / 1e6,
                memory_weights_gib=memory.get("memory_weights_gib"),
                memory_activations_gib=memory.get("memory_activations_gib"), lower_bound_s=bound_s)
     return row
@@ -497,12 +506,14 @@ def _top_reason(found: Plan) -> str:
 def _describe(layout: Layout | None) -> str:
     if layout is None:
         return "none"
-    return (f"tp {layout.tp} pp {layout.pp} dp {layout.dp} ep {layout.ep} vpp {layout.vpp} micro {layout.micro_batch} "
+    cp = f" cp {layout.cp}" if layout.cp > 1 else ""
+    return (f"tp {layout.tp}{cp} pp {layout.pp} dp {layout.dp} ep {layout.ep} vpp {layout.vpp} micro {layout.micro_batch} "
             f"{layout.recompute} recomputation")
 
 
 def _describe_row(row: dict[str, Any]) -> str:
-    return (f"tp {row['tp']} pp {row['pp']} dp {row['dp']} ep {row['ep']} vpp {row['vpp']} micro {row['micro_batch']} "
+    cp = f" cp {row['cp']}" if str(row.get("cp", "1")) not in ("1", "") else ""
+    return (f"tp {row['tp']}{cp} pp {row['pp']} dp {row['dp']} ep {row['ep']} vpp {row['vpp']} micro {row['micro_batch']} "
             f"recompute {row['recompute']} sp {row['sequence_parallel']} dist-opt {row['distributed_optimizer']} "
             f"order {row['order']}{' tp-comm-overlap' if str(row.get('tp_comm_overlap')) == 'True' else ''}")
 

@@ -43,10 +43,17 @@ class Layout:
     first_stage_layers: int = 0
     last_stage_layers: int = 0
     tp_comm_overlap: bool = False
+    cp: int = 1
+    """Context-parallel size (``--context-parallel-size``): ``dp`` is then ``world / (tp x pp x cp)``."""
+    overlap_param_gather: bool = False
+    """Megatron's ``--overlap-param-gather`` (with the distributed optimizer; it brings ``--overlap-grad-reduce``,
+    which Megatron requires beside it and the NeMo / Megatron-Bridge recipes turn on)."""
+    etp: int = 0
+    """Expert tensor-parallel size (``--expert_tensor_parallel_size``; 0: the TP size, Megatron's default)."""
 
     @property
     def world_size(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.pp * self.dp * self.cp
 
     def key(self) -> tuple:
         """What identifies the layout in a CSV (for ``--resume``)."""
@@ -60,13 +67,18 @@ class Layout:
             "enable_sequence_parallel": self.sequence_parallel, "use_distributed_optimizer": self.distributed_optimizer,
             "use_tp_pp_dp_mapping": self.order != ORDERS[0],
             "recompute_granularity": None if self.recompute == "none" else self.recompute,
-            "tp_comm_overlap": self.tp_comm_overlap,
+            "tp_comm_overlap": self.tp_comm_overlap, "context_parallel_size": self.cp,
         }
+        if self.etp:
+            out["expert_tensor_parallel_size"] = self.etp
         if self.vpp > 1:
             out["num_virtual_stages_per_pipeline_rank"] = self.vpp
         if self.first_stage_layers:
             out["decoder_first_pipeline_num_layers"] = self.first_stage_layers
             out["decoder_last_pipeline_num_layers"] = self.last_stage_layers
+        out["overlap_param_gather"] = self.overlap_param_gather
+        if self.overlap_param_gather:
+            out["overlap_grad_reduce"] = True
         return out
 
     def flags(self) -> list[str]:
@@ -75,6 +87,10 @@ class Layout:
                "--pipeline_model_parallel", str(self.pp), "--micro_batch", str(self.micro_batch)]
         if self.ep > 1:
             out += ["--expert_model_parallel_size", str(self.ep)]
+        if self.etp:
+            out += ["--expert_tensor_parallel_size", str(self.etp)]
+        if self.cp > 1:
+            out += ["--context-parallel-size", str(self.cp)]
         if self.vpp > 1:
             out += ["--num_virtual_stages_per_pipeline_rank", str(self.vpp)]
         if self.first_stage_layers:
@@ -90,6 +106,8 @@ class Layout:
             out.append("--use-tp-pp-dp-mapping")
         if self.tp_comm_overlap:
             out.append("--tp_comm_overlap")
+        if self.overlap_param_gather:
+            out += ["--overlap_grad_reduce", "--overlap_param_gather"]
         return out
 
 
@@ -111,6 +129,14 @@ class Space:
     order: tuple[str, ...] = ORDERS
     tp_comm_overlap: tuple[bool, ...] = (False, True)
     max_tp: int = 8
+    cp: tuple[int, ...] = (1,)
+    overlap_param_gather: tuple[bool, ...] = (False,)
+    """Tried where the distributed optimizer is on (off otherwise)."""
+    etp: tuple[int, ...] | None = None
+    """Expert tensor-parallel sizes (None: the TP size only)."""
+    layout_stages: int = 0
+    """The virtual stages of a fixed ``--pipeline_model_parallel_layout`` (0: none): only pipeline sizes that divide
+    them, each with the chunks the layout gives, no uneven first / last stage of the search's own."""
 
 
 def divisors(n: int) -> list[int]:
@@ -135,20 +161,32 @@ def layouts(model: Any, world: int, global_batch: int, space: Space) -> Iterator
     for tp in space.tp or [d for d in divisors(world) if d <= space.max_tp]:
         if world % tp:
             continue
-        for pp in space.pp or divisors(world // tp):
-            if world % (tp * pp) or pp > layers:
+        for pp, cp in ((pp, cp) for pp in space.pp or divisors(world // tp) for cp in space.cp):
+            if world % (tp * pp * cp) or pp > layers:
                 continue
-            dp = world // (tp * pp)
+            dp = world // (tp * pp * cp)
             split = (0, 0)
-            if layers % pp:
+            fixed = space.layout_stages
+            if fixed and (fixed % pp or (pp == 1 and fixed > 1)):
+                continue  # the layout's stages are pipeline ranks x chunks
+            if layers % pp and not fixed:
                 found = uneven_split(layers, pp)
                 if found is None:
                     continue
                 split = found
             middle = layers // pp if not split[0] else -(-layers // pp)
-            chunk_choices = space.vpp or ([1] if pp == 1 else divisors(middle))
-            for ep in space.ep or ([d for d in divisors(dp) if model.num_experts % d == 0] if moe else [1]):
-                if dp % ep:
+            chunk_choices = [fixed // pp] if fixed else space.vpp or ([1] if pp == 1 else divisors(middle))
+            if fixed:
+                middle = fixed // pp  # the layout places the layers; the chunk count divides nothing here
+            # expert layouts: etp x ep divides the stage's tp x cp x dp ranks (Megatron's expert rank generator); with
+            # etp = tp (the default) ep divides dp
+            pool = tp * cp * dp
+            expert = [(e, ep) for e in (space.etp or (0,)) if pool % (e or tp) == 0
+                      for ep in space.ep or ([d for d in divisors(pool // (e or tp)) if model.num_experts % d == 0]
+                                             if moe else [1])
+                      if (pool % ((e or tp) * ep) == 0 if e and e != tp else dp % ep == 0)]
+            for etp, ep in expert:
+                if etp and not moe:
                     continue
                 for micro in space.micro_batch or divisors(global_batch // dp if global_batch % dp == 0 else 0):
                     if global_batch % (micro * dp):
@@ -170,8 +208,10 @@ def layouts(model: Any, world: int, global_batch: int, space: Space) -> Iterator
                                         for overlap in space.tp_comm_overlap:
                                             if overlap and not sp:
                                                 continue  # Megatron: --tp-comm-overlap needs sequence parallelism
-                                            yield Layout(tp, pp, dp, ep, vpp, micro, recompute, sp, dist, order,
-                                                         *split, overlap)
+                                            # --overlap-param-gather needs the distributed optimizer (Megatron's rule)
+                                            for gather in (space.overlap_param_gather if dist else (False,)):
+                                                yield Layout(tp, pp, dp, ep, vpp, micro, recompute, sp, dist, order,
+                                                             *split, overlap, cp, gather, etp)
 
 
 def build_job(base: dict[str, Any], layout: Layout) -> Any:
@@ -181,6 +221,8 @@ def build_job(base: dict[str, Any], layout: Layout) -> Any:
 
     given = {k: v for k, v in base.items() if k not in LAYOUT_OWNED}
     given.update(layout.given())
+    if base.get("pipeline_model_parallel_layout"):  # the layout gives the chunks (Megatron refuses both)
+        given.pop("num_virtual_stages_per_pipeline_rank", None)
     given["computation_enable"] = True
     return job_from(resolve(given))
 
@@ -190,7 +232,8 @@ LAYOUT_OWNED = frozenset(("world_size", "tensor_model_parallel_size", "pipeline_
                           "use_distributed_optimizer", "use_tp_pp_dp_mapping", "recompute_granularity",
                           "recompute_activations", "num_virtual_stages_per_pipeline_rank",
                           "num_layers_per_virtual_pipeline_stage", "decoder_first_pipeline_num_layers",
-                          "decoder_last_pipeline_num_layers", "tp_comm_overlap"))
+                          "decoder_last_pipeline_num_layers", "tp_comm_overlap", "context_parallel_size",
+                          "overlap_param_gather"))
 """Flags the search sets itself (a user's value for them is replaced by each layout's)."""
 
 
@@ -258,7 +301,19 @@ def check_space(values: dict[str, Any]) -> Space:
             raise ConfigError(f"--{name} {text!r} is not one of both, on, off")
         return {"both": (False, True), "on": (True,), "off": (False,)}[text]
 
-    return Space(tp=ints("tp"), pp=ints("pp"), ep=ints("ep"), vpp=ints("vpp"), micro_batch=ints("micro_batches"),
+    return Space(tp=ints("tp"), pp=ints("pp"), ep=ints("ep"), etp=ints("etp"), cp=ints("cp") or (1,), vpp=ints("vpp"),
+                 micro_batch=ints("micro_batches"),
                  recompute=recompute, sequence_parallel=switch("sequence_parallel"),
                  distributed_optimizer=switch("distributed_optimizer"), order=orders,
-                 tp_comm_overlap=switch("tp_comm_overlap"), max_tp=values.get("max_tp") or 8)
+                 tp_comm_overlap=switch("tp_comm_overlap"), max_tp=values.get("max_tp") or 8,
+                 overlap_param_gather=switch("overlap_param_gather") if values.get("overlap_param_gather") else (False,),
+                 layout_stages=_layout_stages(values.get("pipeline_model_parallel_layout")))
+
+
+def _layout_stages(text: str | None) -> int:
+    """The virtual stages of a fixed ``--pipeline_model_parallel_layout`` (0 without one)."""
+    if not text:
+        return 0
+    from utils.pipeline_layout import stage_count
+
+    return stage_count(text)

@@ -233,7 +233,8 @@ def _job_scripts(job: Any, options: TopoOptions, prices: dict | None = None,
     scripts.insert = insert
     scripts.layout["ga"] = full_job.parallel.ga
     p = full_job.parallel
-    return scripts, full_job, gpus, f"{full_job.model.name} tp{p.tp} pp{p.pp} dp{p.dp}", None
+    cp = f" cp{p.cp}" if p.cp > 1 else ""
+    return scripts, full_job, gpus, f"{full_job.model.name} tp{p.tp}{cp} pp{p.pp} dp{p.dp}", None
 
 
 def stage_generators(job: Any, make: Callable[[Any, int], Any]) -> list:
@@ -309,7 +310,9 @@ class TopoModel:
         self.pp = lay["pp"]
         self.world = lay["world"]
         self.pconf = ParallelConfig(world_size=lay["world"], tp=lay["tp"], pp=lay["pp"], ep=lay["ep"],
-                                    etp=lay.get("etp"), order=lay.get("order", "tp-cp-ep-dp-pp"))
+                                    etp=lay.get("etp"), order=lay.get("order", "tp-cp-ep-dp-pp"), cp=lay.get("cp", 1),
+                                    hierarchical_cp=lay.get("hierarchical_cp"),
+                                    embedding_stages=lay.get("embedding_stages"))
         rg = self.pconf.rank_generator()
         self.rep = [rg.rank_at(pp=s) for s in range(self.pp)]
         self._members: dict[tuple[str, int], Sequence[int]] = {}
@@ -321,6 +324,8 @@ class TopoModel:
         self._stage_costs: dict[tuple[int, str, str, int], tuple[Cost, Any]] = {}
         self._op_counts: dict[int, Counter] = {}
         self._p2p: dict[tuple[int, str, int], tuple[Cost, Any]] = {}
+        self._deepep: dict[tuple[str, str, int], tuple] = {}
+        """(group, type, size) of DeepEP's ops -> their :attr:`Op.deepep` (priced by :mod:`simulator.moe_comm`)."""
         self.gpu_name = (job.training.gpu_type if job is not None else None) or getattr(fabric, "gpu_type", None)
         """The GPU the job runs on (its ``--gpu_type``, else the topology's): the MFU's peak, NCCL's SM share."""
         self.contention = comm_sm_share(options, self.gpu_name)
@@ -357,6 +362,14 @@ class TopoModel:
         hit = self._stage_costs.get(key)
         if hit is None:
             shape = self.shape(group, stage)
+            spec = self._deepep.get((group, comm_type, size))
+            if spec is not None:  # DeepEP's fused dispatch / combine (simulator.moe_comm), not NCCL's all-to-all
+                from simulator.moe_comm import deepep_time_s
+
+                t = deepep_time_s(spec[0], spec[1:], shape, self.links)
+                cost = Cost(t, "deepep", spec[0], size / t * (shape.n - 1) / shape.n if t > 0 else 0.0)
+                hit = self._stage_costs[key] = (cost, shape)
+                return hit
             shape_key = (shape, comm_type, size, self.links)
             cost = self._costs.get(shape_key)
             if cost is None:
@@ -365,11 +378,14 @@ class TopoModel:
         return hit
 
     def op_time(self, stage: int, op: Op) -> float:
-        """Seconds of one op (compute: its ns; collectives: NCCL's cost), times the op's scale."""
+        """Seconds of one op (compute: its ns; collectives: NCCL's cost, DeepEP's for its dispatch and combine),
+        times the op's scale."""
         if op.kind == COMPUTE:
             return op.compute_ns * 1e-9 * op.scale
         if op.kind == GRAD_WAIT or not op.comm_type:
             return 0.0
+        if op.deepep:
+            self._deepep[(op.group, op.comm_type, op.size)] = op.deepep
         return self.comm_cost(stage, op.group, op.comm_type, op.size)[0].time_s * op.scale
 
     def p2p(self, stage: int, op: str, size: int) -> tuple[Cost, Any]:
@@ -387,6 +403,16 @@ class TopoModel:
 
     def run(self) -> SimulationResult:
         scripts = self.scripts.stages
+        training = getattr(self.job, "training", None)
+        if training is not None and training.overlap_moe_expert_parallel_comm:
+            # Megatron's combined 1F1B: each step pair's expert all-to-alls hide behind the other's compute
+            from mocked_model.compute.gpus import NCCL_CHANNELS
+            from simulator.moe_comm import DEEPEP_SMS
+            from simulator.moe_overlap import overlap_moe_a2a
+
+            share = self.contention if training.moe_token_dispatcher_type != "flex" else \
+                min(self.contention * DEEPEP_SMS / NCCL_CHANNELS, 0.5)
+            scripts = overlap_moe_a2a(scripts, self.op_time, share, training.delay_wgrad_compute)
         compiled: list[dict[int, engine.CompiledProgram]] = []
         occurrences: list[Counter] = []
         distinct = [dict(zip(map(id, script.programs), script.programs)) for script in scripts]
@@ -417,11 +443,16 @@ class TopoModel:
             occurrences.append(counts)
 
         def members_of(group: str) -> Sequence[int]:
-            return [0, self.pp - 1] if group == "embedding_group" else range(self.pp)
+            return list(self.pconf.embedding_group_stages()) if group == "embedding_group" else range(self.pp)
 
+        from simulator.param_gather import stage_plans
+
+        # --overlap_param_gather: the first forward of each chunk waits for its buckets' all-gathers (aligned across
+        # stages with the interleaved schedule, Megatron's default --align-param-gather)
+        gathers = stage_plans(scripts, self.op_time, self.contention, aligned=self.scripts.layout.get("chunks", 1) > 1)
         insert = self.scripts.insert
         played = engine.run(scripts, compiled, lambda s, op, size: self.p2p(s, op, size)[0].time_s, self.op_time, members_of,
-                            insert=insert)
+                            insert=insert, param_gathers=gathers)
         if insert and not played.inserted:
             raise NoPeriod
         flops = [script.flops for script in scripts]
@@ -464,8 +495,11 @@ class TopoModel:
             hfu = hardware_flops / (iteration_s * self.world * gemm_peak * 1e12)
         st = stages[reported]
         dp_us = st.dp_exposed_us + st.other_exposed_us
-        exposed_us = dp_us + st.dp_ep_exposed_us + st.tp_exposed_us + st.ep_exposed_us
-        totals = Totals(dp_us, st.dp_ep_exposed_us, st.tp_exposed_us, st.ep_exposed_us, st.pp_exposed_us, st.bubble_us,
+        # SimAI's EndToEnd layout has no CP column: context parallelism's exposed time joins TP's there (the stage
+        # table keeps it apart)
+        tp_us = st.tp_exposed_us + st.cp_exposed_us
+        exposed_us = dp_us + st.dp_ep_exposed_us + tp_us + st.ep_exposed_us
+        totals = Totals(dp_us, st.dp_ep_exposed_us, tp_us, st.ep_exposed_us, st.pp_exposed_us, st.bubble_us,
                         st.compute_us, exposed_us, iteration_s * 1e6)
         layers = self._simai_layers(scripts[reported], compiled[reported], played.stages[reported]) \
             if self.simai is not None else self._workload_layers(scripts[reported], compiled[reported], played.stages[reported])
@@ -482,7 +516,7 @@ class TopoModel:
             nvlink_efficiency=self.links.nvlink_efficiency, nic_efficiency=self.links.nic_efficiency,
             latency_scale=self.links.latency_scale, source=self.scripts.source, reported_stage=reported,
             overlap_grad_reduce=self.options.overlap_grad_reduce, tp_comm_overlap=self.options.tp_comm_overlap,
-            mfu=mfu, peak_tflops=peak,
+            mfu=mfu, peak_tflops=peak, cp=lay.get("cp", 1),
         )
         memory = None
         if self.job is not None:
@@ -501,7 +535,7 @@ class TopoModel:
         return StageResult(
             t.stage, t.compute_s * 1e6, e["TP"] * 1e6, e["EP"] * 1e6, e["DP"] * 1e6, e["DP_EP"] * 1e6, e["PP"] * 1e6,
             e["other"] * 1e6, engine.bubble_s(t, iteration_s) * 1e6, t.end_s * 1e6, c["TP"] * 1e6, c["EP"] * 1e6,
-            c["DP"] * 1e6, c["DP_EP"] * 1e6, c["PP"] * 1e6, flops)
+            c["DP"] * 1e6, c["DP_EP"] * 1e6, c["PP"] * 1e6, flops, e["CP"] * 1e6, c["CP"] * 1e6)
 
     def _grad_exposure(self, t: engine.StageTimes) -> dict[tuple[int, int], float]:
         """Exposed seconds of each gradient bucket instance, keyed by (step index, op index)."""
@@ -835,7 +869,8 @@ def _reindexed(layer: LayerResult, index: int) -> LayerResult:
     return replace(layer, index=index)
 
 
-_SIMAI_LABEL = {"tp_group": "TP", "ep_tp_group": "TP", "ep_group": "EP", "dp_group": "DP", "ep_dp_group": "DP_EP"}
+_SIMAI_LABEL = {"tp_group": "TP", "ep_tp_group": "TP", "etp_group": "TP", "ep_group": "EP", "dp_group": "DP",
+                "ep_dp_group": "DP_EP"}
 
 
 def _aggregate_cost(entries: list) -> CollectiveCost:

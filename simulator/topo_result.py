@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 class StageResult:
     """One pipeline stage of a ``--model topo`` iteration, in microseconds.  The terms add up to
     the iteration time: compute + exposed TP/EP/DP/DP_EP/PP/other comm + bubble.  ``other`` is
-    step synchronisation across stages (tied-embedding and gradient-norm all-reduces); ``end_us``
+    step synchronisation across stages (tied-embedding and gradient-norm all-reduces), ``cp`` context parallelism's
+    attention traffic (ring exchanges, all-to-alls, all-gathers; 0 without it); ``end_us``
     when the stage finished; ``*_comm_us`` every collective's time in that group, exposed or not."""
 
     stage: int
@@ -31,11 +32,14 @@ class StageResult:
     dp_ep_comm_us: float
     pp_comm_us: float
     flops: float | None = None
+    cp_exposed_us: float = 0.0
+    """Context parallelism's collectives and ring exchanges (its own term; SimAI's EndToEnd books it to TP)."""
+    cp_comm_us: float = 0.0
 
     @property
     def exposed_comm_us(self) -> float:
         return (self.tp_exposed_us + self.ep_exposed_us + self.dp_exposed_us + self.dp_ep_exposed_us
-                + self.other_exposed_us)
+                + self.other_exposed_us + self.cp_exposed_us)
 
 
 @dataclass(frozen=True)

@@ -166,7 +166,56 @@ CASES: list[Case] = [
     _h200("llama3_8b_4l", 1586.495, 4, 4096, 32, 8192, 1, 4, 128256, *_LLAMA_H200),
     _h200("llama3_8b_8l_sdpa", 1055.571, 8, 4096, 32, 8192, 1, 4, 128256, *_LLAMA_H200, "--use_flash_attn"),
 ]
-SUITES = {"korthikanti2022": _KORTHIKANTI, "narayanan2021": _NARAYANAN, "h200_mcore": _H200}
+_BRIDGE = ("Megatron-Bridge performance summary (NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md), "
+           "DGX-H100 rows; MoE benchmarks force-balanced and dropless")
+
+
+def _dgx_h100(gpus: int) -> tuple[tuple[str, ...], str]:
+    """DGX H100: 8 GPUs per node on NVLink 4 (450 GB/s each way = 3600 Gb/s), one 400 Gb/s ConnectX-7 per GPU,
+    rail-optimised."""
+    return (("--ro", "-g", str(gpus), "-gps", "8", "-gt", "H100", "-nvbw", "3600Gbps", "-bw", "400Gbps"),
+            f"dgx_h100_{gpus}g.txt")
+
+
+_MOE_RECIPE = ("--gpu_type", "H100", "--moe_enable", "--moe_grouped_gemm", "--moe_permute_fusion", "--moe_router_fusion",
+               "--use-distributed-optimizer", "--overlap_grad_reduce", "--seq_length", "4096", "--micro_batch", "1")
+"""What the Megatron-Bridge MoE performance recipes share: TE's grouped GEMMs, fused permutation and router kernels,
+the distributed optimizer with overlapped gradient reduction, sequence 4096, micro-batch 1."""
+
+
+def _bridge(name: str, gpus: int, global_batch: int, tokens_per_s_per_gpu: float, *flags: str) -> Case:
+    """A Megatron-Bridge performance row: published seconds per iteration = global batch x 4096 tokens / (GPUs x
+    tokens per second per GPU)."""
+    topo, path = _dgx_h100(gpus)
+    published = global_batch * 4096 / (gpus * tokens_per_s_per_gpu)
+    return Case(name, _BRIDGE, "moe", published, (*_MOE_RECIPE, "--world_size", str(gpus), "--global_batch",
+                                                  str(global_batch), *flags), topo, path)
+
+
+_DEEPEP = ("--moe_token_dispatcher_type", "flex", "--moe_enable_deepep")
+"""The recipes' flex dispatcher (DeepEP; newer recipes run HybridEP, priced here as DeepEP)."""
+
+CASES += [
+    # 26.06 container: Qwen3-30B-A3B, 16 x H100, FP8 current scaling, TP1 PP1 EP16, 8826 tokens/s/GPU; CUDA graphs
+    # over attention, router and preprocess (qwen3_30b_a3b_pretrain_16gpu_h100_fp8cs_config)
+    _bridge("Qwen3-30B-A3B H100 x16 FP8", 16, 1024, 8826, "--model_name", "qwen3_30B_A3B", "--dtype", "float8",
+            "--fp8_recipe", "tensorwise", "--expert_model_parallel_size", "16", "--cuda_graph_impl", "transformer_engine",
+            *_DEEPEP),
+    # 26.04.01 container: GPT-OSS 120B, 64 x H100, BF16, TP1 PP4 EP8, 5824 tokens/s/GPU
+    # (gpt_oss_120b_pretrain_64gpu_h100_bf16_config; its selective recompute of norms and the MoE activation is not
+    # expressible here and left out)
+    _bridge("GPT-OSS 120B H100 x64 BF16", 64, 1280, 5824, "--model_name", "gpt_oss_120B", "--dtype", "bfloat16",
+            "--pipeline_model_parallel", "4", "--expert_model_parallel_size", "8"),
+    # 26.04.01 container: Qwen3-235B-A22B, 256 x H100, FP8, TP2 PP8 VP4 EP32 (expert TP 1), 1712 tokens/s/GPU; 94
+    # layers in 32 virtual stages of 3 with the embedding and the loss counted as layers
+    _bridge("Qwen3-235B-A22B H100 x256 FP8", 256, 8192, 1712, "--model_name", "qwen3_235B_A22B", "--dtype", "float8",
+            "--fp8_recipe", "tensorwise", "--tensor_model_parallel_size", "2", "--enable_sequence_parallel",
+            "--pipeline_model_parallel", "8", "--num_layers_per_virtual_pipeline_stage", "3",
+            "--account_for_embedding_in_pipeline_split", "--account_for_loss_in_pipeline_split",
+            "--expert_model_parallel_size", "32", "--expert_tensor_parallel_size", "1",
+            "--overlap_moe_expert_parallel_comm", *_DEEPEP),
+]
+SUITES = {"korthikanti2022": _KORTHIKANTI, "narayanan2021": _NARAYANAN, "h200_mcore": _H200, "moe": _BRIDGE}
 
 
 def run_case(case: Case, folder: str) -> dict:
@@ -204,15 +253,21 @@ def build_parser() -> CliParser:
     p.add_argument("--json", action="store_true", help="print the rows as one JSON list on the last line")
     p.add_argument("--show", action="store_true", help="print the commands that reproduce each row")
     p.add_argument("-k", "--cases", metavar="TEXT", help="only the cases whose name contains TEXT")
-    p.add_argument("--suite", choices=[*SUITES, "all"], default="all",
+    p.add_argument("--suite", choices=[*SUITES, "serving", "all"], default="all",
                    help="korthikanti2022 (Korthikanti et al. 2022, Table 5), narayanan2021 (Narayanan et al. 2021's "
                         "weak scaling as Megatron-LM's examples/sc21/run_table_1.sh ran it), h200_mcore (single-GPU "
-                        "Megatron-core steps measured on an H200) or all (the default)")
+                        "Megatron-core steps measured on an H200), moe (Megatron-Bridge's MoE runs on DGX H100) or all "
+                        "(the default); serving: published serving benchmarks through python -m simulator serve "
+                        "(simulator/serve/validation.py; not part of all)")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.suite == "serving":  # issue 27: serving benchmarks, their own rows (simulator/serve/validation.py)
+        from simulator.serve.validation import main as serving
+
+        return serving(args.json, args.show, args.cases)
     cases = [c for c in CASES if (args.suite == "all" or c.suite == args.suite)
              and (args.cases is None or args.cases.lower() in c.name.lower())]
     if not cases:

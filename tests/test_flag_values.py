@@ -79,7 +79,7 @@ def test_every_numeric_job_flag_has_a_checking_type():
     may_be_zero = {"pp_rank", "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
                    "param_persistence_threshold", "model_persistence_threshold", "max_live_parameters",
                    "prefetch_bucket_size", "multi_all_reduce_enable", "n_dense_layers", "n_shared_expert", "q_lora_rank",
-                   "warmup", "seed", "mtp_num_layers"}
+                   "warmup", "seed", "mtp_num_layers", "speculative_tokens"}
     for f in flags:
         if f.type in (cli.integer, cli.non_negative_int) and f.dest not in may_be_zero:
             raise AssertionError(f"{f.names[0]} takes 0 or a negative count")

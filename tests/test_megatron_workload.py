@@ -208,12 +208,13 @@ def test_any_rank_and_the_pipeline_view():
     assert [len(w) for w in stages] == [len(items(0)), len(items(1))]
 
 
-@pytest.mark.parametrize("kw, message", [
-    (dict(cp=2), "--context-parallel-size > 1 is not modelled"),
+@pytest.mark.parametrize("kw, training, message", [
+    # context parallelism runs through Transformer Engine's attention (Megatron-core's local one asserts cp == 1)
+    (dict(cp=2), dict(transformer_impl="local"), "--context-parallel-size 2 needs --transformer_impl transformer_engine"),
 ])
-def test_unsupported(kw, message):
+def test_unsupported(kw, training, message):
     from utils.errors import ConfigError
 
     with pytest.raises(ConfigError, match=message):
         parallel = ParallelConfig(world_size=8, tp=2, global_batch=2, **kw)
-        MegatronWorkload(JobConfig(MODEL, parallel, TrainingConfig(seq_length=32)))
+        MegatronWorkload(JobConfig(MODEL, parallel, TrainingConfig(seq_length=32, **training)))

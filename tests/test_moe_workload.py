@@ -6,10 +6,11 @@ sequence parallel, sequence 32, micro-batch 1, global batch 4 -> 1 micro-batch.
 
   tokens per rank T = 32 / tp 2 = 16; routed copies T x topk = 32
   all-to-all (balanced)  = 32 x 64 hidden x 2 bytes        = 4096
-  expert-TP all-gather    = etp 2 x received 32 x 64 x 2    = 8192
-  router count all-reduce = 4 experts x 8 bytes (int64)     = 32
-  count all-gather (EP)   = ep 2 x 4 experts x 8 bytes      = 64
+  probabilities' all-to-all = 32 x 2 bytes (bf16 logits)  = 64
+  expert-TP all-gather    = etp 2 x received 32 x 64 x 2    = 8192 (probabilities: 2 x 32 x 2 = 128)
+  count all-gather (ETP x EP = 4 ranks) = 4 x 4 experts x 8 bytes (int64) = 128
   TP activation           = 32 x 1 x 64 x 2                 = 4096
+No aux loss (Megatron's --moe_aux_loss_coeff defaults to 0), so no count all-reduce over TP.
 """
 
 import pytest
@@ -46,11 +47,12 @@ def ep(kind, n, stage):
 
 A2A_F, A2A_B = "forward.MoEAlltoAllTokenDispatcher", "backward.MoEAlltoAllTokenDispatcher"
 LAYER_F = [tp("all_gather", 4096, "forward.MegatronColumnLinear"), tp("reduce_scatter", 4096, "forward.MegatronRowLinear"),
-           tp("all_reduce", 32, "forward.MoERouter"),
-           ep("all_gather", 64, A2A_F), ep("all_to_all", 4096, A2A_F), tp("all_gather", 8192, A2A_F),   # dispatch
+           ("all_gather", "ep_tp_group", 4, 128, A2A_F), ep("all_to_all", 4096, A2A_F), ep("all_to_all", 64, A2A_F),
+           tp("all_gather", 8192, A2A_F), tp("all_gather", 128, A2A_F),                                # dispatch
            tp("reduce_scatter", 8192, A2A_F), ep("all_to_all", 4096, A2A_F)]                            # combine
 LAYER_B = [ep("all_to_all", 4096, A2A_B), tp("all_gather", 8192, A2A_B),        # combine's backward
-           tp("reduce_scatter", 8192, A2A_B), ep("all_to_all", 4096, A2A_B),     # dispatch's backward
+           tp("reduce_scatter", 8192, A2A_B), tp("reduce_scatter", 128, A2A_B),  # dispatch's backward
+           ep("all_to_all", 4096, A2A_B), ep("all_to_all", 64, A2A_B),
            tp("all_gather", 4096, "backward.MegatronRowLinear"),                 # attention projection
            tp("all_gather", 4096, "backward.MegatronColumnLinear"), tp("reduce_scatter", 4096, "backward.MegatronColumnLinear")]
 
@@ -112,23 +114,24 @@ def test_skew_raises_the_busiest_dispatch():
     got = rows(moe_routing_skew=1.0)
     a2a = {r[3] for r in got if r[0] == "all_to_all"}
     gather = {r[3] for r in got if r[4] == A2A_F and r[0] == "all_gather" and r[1] == "tp_group"}
-    # the busiest rank moves 46 tokens: 46 x 64 x 2 = 5888 bytes (balanced: 4096);
-    # its expert-TP gather 2 x 46 x 64 x 2 = 11776
-    assert a2a == {5888} and gather == {11776}
+    # the busiest rank moves 46 tokens: 46 x 64 x 2 = 5888 bytes (balanced: 4096), their probabilities 46 x 2 = 92;
+    # its expert-TP gather 2 x 46 x 64 x 2 = 11776 (probabilities 2 x 46 x 2 = 184)
+    assert a2a == {5888, 92} and gather == {11776, 184}
 
 
 def test_allgather_dispatcher():
     got = [r for r in rows(moe_token_dispatcher_type="allgather") if "Dispatcher" in r[4]]
     g = "ep_tp_group"
-    # hidden states of the tp x ep = 4 ranks: 16 x 4 x 64 x 2 = 8192; routing map 16 x 4 x 4 experts (bool) = 256;
-    # probabilities in fp32 16 x 4 x 4 x 4 = 1024
-    fwd = [("all_gather", g, 4, 8192, "forward.MoEAllGatherTokenDispatcher"),
-           ("all_gather", g, 4, 256, "forward.MoEAllGatherTokenDispatcher"),
-           ("all_gather", g, 4, 1024, "forward.MoEAllGatherTokenDispatcher"),
+    # token_dispatch gathers over tp x ep = 4 ranks the routing map 16 x 4 x 4 experts (bool) = 256, the probabilities
+    # in the logits' bf16 16 x 4 x 4 x 2 = 512 and the hidden states 16 x 4 x 64 x 2 = 8192; combine reduce-scatters
+    # the outputs in the probabilities' dtype (bf16): 8192
+    fwd = [("all_gather", g, 4, 256, "forward.MoEAllGatherTokenDispatcher"),
+           ("all_gather", g, 4, 512, "forward.MoEAllGatherTokenDispatcher"),
+           ("all_gather", g, 4, 8192, "forward.MoEAllGatherTokenDispatcher"),
            ("reduce_scatter", g, 4, 8192, "forward.MoEAllGatherTokenDispatcher")]
     bwd = [("all_gather", g, 4, 8192, "backward.MoEAllGatherTokenDispatcher"),
            ("reduce_scatter", g, 4, 8192, "backward.MoEAllGatherTokenDispatcher"),
-           ("reduce_scatter", g, 4, 1024, "backward.MoEAllGatherTokenDispatcher")]
+           ("reduce_scatter", g, 4, 512, "backward.MoEAllGatherTokenDispatcher")]
     assert got == fwd + fwd + bwd + bwd
 
 
@@ -136,8 +139,8 @@ def test_fp8_dispatch_sizes():
     # FP8: 64 bytes per token plus one fp32 scale per 128 values (ceil(64/128) = 1) = 68 bytes; 32 x 68 = 2176
     got = rows(moe_fp8_dispatch=True)
     fwd = [r[3] for r in got if r[0] == "all_to_all" and r[4] == A2A_F]
-    assert fwd == [2176, 4096, 2176, 4096]          # dispatch in FP8, combine in bf16
-    assert {r[3] for r in got if r[0] == "all_to_all" and r[4] == A2A_B} == {4096}
+    assert fwd == [2176, 64, 4096, 2176, 64, 4096]  # dispatch in FP8 (probabilities 32 x 2), combine in bf16
+    assert {r[3] for r in got if r[0] == "all_to_all" and r[4] == A2A_B} == {4096, 64}
 
 
 def test_expert_computation_items():
@@ -160,12 +163,13 @@ def test_mixtral_command_writes_all_to_alls(tmp_path):
                    "1", "--seq_length", "2048", "--output", str(out))
     assert proc.returncode == 0, proc.stderr
     a2a = [i for i in Workload.load(out) if i.comm_type.value == "all_to_all"]
-    # per micro-batch and layer: dispatch and combine forward, their mirrors backward; 32 layers,
-    # global 64 / (micro 1 x dp 32) = 2 micro-batches -> 128 forward and 128 backward
-    # size: 2048 / tp 2 = 1024 tokens x top 2 x 4096 hidden x 2 bytes = 16777216
-    assert sum(i.stage.startswith("forward") for i in a2a) == 128
-    assert sum(i.stage.startswith("backward") for i in a2a) == 128
-    assert {(i.comm_group.value, i.comm_group_size, i.msg_size) for i in a2a} == {("ep_group", 8, 16777216)}
+    # per micro-batch and layer: dispatch (tokens and probabilities) and combine forward, their mirrors backward;
+    # 32 layers, global 64 / (micro 1 x dp 32) = 2 micro-batches -> 192 forward and 192 backward
+    # size: 2048 / tp 2 = 1024 tokens x top 2 x 4096 hidden x 2 bytes = 16777216; probabilities 2048 x 2 = 4096
+    assert sum(i.stage.startswith("forward") for i in a2a) == 192
+    assert sum(i.stage.startswith("backward") for i in a2a) == 192
+    assert {(i.comm_group.value, i.comm_group_size, i.msg_size) for i in a2a} == {("ep_group", 8, 16777216),
+                                                                                  ("ep_group", 8, 4096)}
 
 
 def test_deepseek_generation_without_compute_file(tmp_path):
@@ -184,7 +188,7 @@ def test_deepseek_generation_without_compute_file(tmp_path):
     assert ("all_gather", 131072) in [(i.comm_type.value, i.msg_size) for i in items if i.stage == "forward.MLASelfAttention"]
     # layer 0 is dense (n_dense_layers 1); layer 1 MoE with 64 experts, top 6: 512 tokens x 6 x 2048 x 2
     a2a = {i.msg_size for i in items if i.comm_type.value == "all_to_all"}
-    assert a2a == {512 * 6 * 2048 * 2}
+    assert a2a == {512 * 6 * 2048 * 2, 512 * 6 * 2}  # tokens and their bf16 probabilities
 
 
 @pytest.mark.parametrize("name", [n for n, m in PRESETS.items() if m.is_moe])
@@ -192,7 +196,8 @@ def test_moe_presets_match_published_totals(name):
     # e.g. DeepSeek-V3: per layer MLA 187.1e6 (q down 7168x1536, q up 1536x128x192, kv down 7168x576,
     # kv up 512x128x256, output 128x128x7168); 58 MoE layers x 257 experts x 3 x 7168 x 2048 = 656.5e9;
     # 3 dense layers x 3 x 7168 x 18432 = 1.19e9; embeddings 2 x 129280 x 7168 = 1.85e9 -> 671.0e9
-    model = get_preset(name)
+    # the published totals leave out multi-token prediction (DeepSeek-V3: 671B without its MTP module)
+    model = get_preset(name).with_changes(mtp_num_layers=0)
     ep = 8 if model.num_experts % 8 == 0 else 2
     job = JobConfig(model, ParallelConfig(world_size=2 * ep, tp=2, ep=ep, sequence_parallel=True),
                     TrainingConfig(seq_length=4096))
@@ -205,5 +210,6 @@ def test_expert_tensor_parallel_one():
     parallel = ParallelConfig(world_size=8, tp=2, ep=4, etp=1, sequence_parallel=True, global_batch=4)
     w = MegatronWorkload(JobConfig(MOE.with_changes(num_experts=4), parallel, TrainingConfig(seq_length=32)))()
     dispatch = [(i.comm_type.value, i.comm_group.value, i.comm_group_size) for i in w if i.stage == A2A_F]
-    assert dispatch == [("all_gather", "ep_group", 4), ("all_to_all", "ep_group", 4), ("all_to_all", "ep_group", 4)] * 2
+    assert dispatch == [("all_gather", "ep_group", 4), ("all_to_all", "ep_group", 4), ("all_to_all", "ep_group", 4),
+                        ("all_to_all", "ep_group", 4)] * 2  # counts, tokens, probabilities; combine
     assert parallel.expert_dp == 2

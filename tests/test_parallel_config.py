@@ -51,8 +51,9 @@ def test_group_ranks_match_the_rank_generator():
      r"needs the number of micro-batches 3 .* multiple of --pipeline_model_parallel 4"),
     (dict(world_size=24, tp=4, ep=16, etp=1, global_batch=6),
      r"--expert_tensor_parallel_size 1 x --expert_model_parallel_size 16 = 16 does not divide the 24 ranks"),
-    (dict(world_size=24, tp=4, ep=2, etp=2, global_batch=6),
-     r"--expert_tensor_parallel_size 2 is not supported: use 1 or the tensor-parallel size"),
+    # any etp Megatron accepts (etp x ep dividing the stage's tp x cp x dp ranks), not only 1 or tp
+    (dict(world_size=24, tp=4, ep=8, etp=2, global_batch=6),
+     r"--expert_tensor_parallel_size 2 x --expert_model_parallel_size 8 = 16 does not divide the 24 ranks"),
 ])
 def test_layout_rules(kwargs, message):
     with pytest.raises(ConfigError, match=message):

@@ -143,7 +143,9 @@ def test_validation_suites_meet_their_bars():
     assert done.returncode == 0, done.stderr
     rows = last_json(done.stdout)
     suites = {r["suite"] for r in rows}
-    assert suites == {"korthikanti2022", "narayanan2021", "h200_mcore"}
+    assert suites == {"korthikanti2022", "narayanan2021", "h200_mcore", "moe"}
+    # issue 26's MoE runs (Megatron-Bridge on DGX H100): reported, their 15% bar not met yet
+    assert len([r for r in rows if r["suite"] == "moe"]) == 3
     for suite, (mean, worst) in BARS.items():
         errors = [abs(r["error_pct"]) for r in rows if r["suite"] == suite]
         assert len(errors) == {"korthikanti2022": 8, "narayanan2021": 10}[suite]

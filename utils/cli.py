@@ -244,7 +244,8 @@ def model_from(values: dict[str, Any]) -> ModelConfig:
         n_dense_layers=values["n_dense_layers"] or 0, multi_latent_attention=mla,
         window_size=values["window_size"], window_attn_skip_freq=values["window_attn_skip_freq"],
     )
-    for name in ("moe_router_score_function", "mtp_num_layers"):  # architecture: the preset's unless given
+    for name in ("moe_router_score_function", "mtp_num_layers", "moe_router_num_groups", "moe_router_group_topk",
+                 "moe_router_enable_expert_bias"):  # architecture: the preset's unless given
         if values.get(name) is not None:
             kwargs[name] = values[name]
         elif preset is not None:
@@ -308,7 +309,8 @@ def job_from(values: dict[str, Any]) -> JobConfig:
         moe_permute_fusion=values["moe_permute_fusion"], moe_shared_expert_overlap=values["moe_shared_expert_overlap"],
         moe_imbalance=values["moe_imbalance"], moe_enable_deepep=values["moe_enable_deepep"],
         overlap_moe_expert_parallel_comm=values["overlap_moe_expert_parallel_comm"],
-        delay_wgrad_compute=values["delay_wgrad_compute"], extra=extra,
+        delay_wgrad_compute=values["delay_wgrad_compute"], moe_router_dtype=values["moe_router_dtype"],
+        moe_router_fusion=values["moe_router_fusion"], extra=extra,
     )
     if "fp8_recipe" in values.get("_given", ()) and not training.fp8:
         raise ConfigError(f"--fp8_recipe {values['fp8_recipe']} needs --dtype float8 (got --dtype {values['dtype']})")

@@ -229,8 +229,8 @@ MEGATRON = [
     _f("--pipeline_model_parallel_layout", None, "the layers of every virtual pipeline stage in Megatron-core's "
        "syntax: E (embedding), t (transformer layer), m (MTP layer), L (loss), | between stages, (..)*N to repeat; "
        "e.g. 'Et|(tt|)*30mL'", type=str),
-    _f("--mtp_num_layers", None, "multi-token prediction layers on the last stage (DeepSeek-V3: 1; Megatron's flag)",
-       type=_count),
+    _f("--mtp_num_layers", None, "multi-token prediction layers, on the last virtual stage or where the layout's m "
+       "puts them (default: the preset's, DeepSeek-V3's 1; 0 turns them off; Megatron's flag)", type=_count),
     _f("--window_size", None, "sliding-window attention LEFT,RIGHT in tokens (-1: unbounded; GPT-OSS 128,0; "
        "Megatron's flag)", type=int_pair),
     _f("--window_attn_skip_freq", None, "with --window_size: every N-th layer attends to the whole sequence "
@@ -278,6 +278,9 @@ MOE = [
     _f("--moe_router_score_function", None, "softmax (default) or sigmoid (DeepSeek-V3; Megatron's flag)", type=str,
        choices=("softmax", "sigmoid")),
     _switch("--moe_permute_fusion", "Transformer Engine's fused permute and unpermute (Megatron's flag)"),
+    _f("--moe_router_dtype", None, "the router's logits and probabilities in fp32 or fp64 (Megatron's flag; default "
+       "the activations' dtype)", type=str, choices=("fp32", "fp64")),
+    _switch("--moe_router_fusion", "Transformer Engine's fused top-k, score and aux-loss kernels (Megatron's flag)"),
     _switch("--moe_shared_expert_overlap", "the shared experts run beside the dispatch and combine (Megatron's flag)"),
     _f("--moe_imbalance", 1.0, "load imbalance: the busiest expert's tokens over the mean (>= 1; 1 = balanced); its "
        "GEMMs and all-to-alls set the pace", type=at_least_one),
@@ -354,9 +357,15 @@ INFERENCE = [
        choices=("aiob", "file", "model", "placeholder")),
     _f("--comp_filepath", None, "read computation times from this inference compute file (AICB's or ours)",
        type=str),
-    _f("--dtype", None, "weights of the linear layers: float8 or bfloat16 (default: the model's, DeepSeek float8, "
-       "Qwen3 bfloat16)", type=str),
-    _f("--kv_dtype", "bfloat16", "KV cache (and recurrent state) dtype", type=str),
+    _f("--dtype", None, "weights of the linear layers: float4 (NVFP4, Blackwell only), float8 or bfloat16 (default: "
+       "the model's, DeepSeek-V3 float8, the others bfloat16)", type=str),
+    _f("--kv_dtype", "bfloat16", "KV cache (and recurrent state) dtype: bfloat16 or float8", type=str),
+    _switch("--moe_tp", "split every expert over the TP ranks (SGLang's and vLLM's default MoE: an all-reduce over TP "
+            "instead of the EP dispatch and combine; needs --expert_model_parallel_size 1)"),
+    _f("--speculative_tokens", 0, "decode steps verify this many draft tokens per sequence (MTP / speculative "
+       "decoding) and run as many draft passes", type=_count),
+    _f("--host", None, "host time per step: graphs (decode replays a CUDA graph) or eager (every kernel launched); "
+       "default none, as AICB", type=str, choices=("graphs", "eager")),
     _f("--moe_routing_strategy", "RoundRobin", "RoundRobin (balanced; AICB's sizes) or UniformRandom (seeded)",
        type=str, choices=("RoundRobin", "UniformRandom")),
     _f("--moe_routing_skew", 0.0, "Zipf skew s of the routing: expert e gets a share proportional to (e+1)^-s",

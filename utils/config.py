@@ -123,6 +123,8 @@ class TrainingConfig:
     moe_enable_deepep: bool = False
     overlap_moe_expert_parallel_comm: bool = False
     delay_wgrad_compute: bool = False
+    moe_router_dtype: str | None = None
+    moe_router_fusion: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -172,6 +174,8 @@ class TrainingConfig:
             raise ConfigError("--overlap_param_gather needs --use-distributed-optimizer (Megatron's rule)")
         if self.overlap_param_gather and not self.overlap_grad_reduce:
             raise ConfigError("--overlap_param_gather needs --overlap_grad_reduce (Megatron's rule)")
+        if self.moe_router_dtype not in (None, "fp32", "fp64"):
+            raise ConfigError(f"--moe_router_dtype {self.moe_router_dtype!r} is not fp32 or fp64 (Megatron's choices)")
         if self.delay_wgrad_compute and not self.overlap_moe_expert_parallel_comm:
             raise ConfigError("--delay_wgrad_compute needs --overlap_moe_expert_parallel_comm (Megatron's rule)")
         if self.cuda_graph_impl not in CUDA_GRAPH_IMPLS:
@@ -253,7 +257,26 @@ class JobConfig:
 
     def __post_init__(self) -> None:
         if self.training.frame not in ("collective_test", "Inference"):  # an InferenceJob checks its own
+            sizes = self.training.hierarchical_cp_sizes
+            if sizes and self.parallel.hierarchical_cp != tuple(sizes):  # one source: the layout holds the CP levels
+                from dataclasses import replace
+
+                object.__setattr__(self, "parallel", replace(self.parallel, hierarchical_cp=tuple(sizes)))
+            from utils.pipeline_layout import embedding_stages
+
+            stages = embedding_stages(self.model.untie_embeddings_and_output_weights, self.model.mtp_num_layers,
+                                      self.parallel.pp, self.parallel.layout)
+            if stages != self.parallel.embedding_stages:  # MTP ranks join the embedding group (pretrain_gpt.py)
+                from dataclasses import replace
+
+                object.__setattr__(self, "parallel", replace(self.parallel, embedding_stages=stages))
             self.parallel.check_model(self.model, self.training.seq_length, self.training.dtype)
+            from utils.context_parallel import check_context_parallel
+
+            check_context_parallel(self)
+            from utils.moe_options import check_moe_options
+
+            check_moe_options(self)
 
     @property
     def padded_vocab_size(self) -> int:

@@ -54,6 +54,11 @@ class ModelConfig:
     n_dense_layers: int = 0
     # Megatron-core's --moe-router-score-function: softmax (Mixtral, Qwen) or sigmoid (DeepSeek-V3)
     moe_router_score_function: str = "softmax"
+    # DeepSeek-V3's node-limited routing (--moe-router-num-groups / --moe-router-group-topk) and its
+    # auxiliary-loss-free expert bias (--moe-router-enable-expert-bias): extra router kernels, no comm
+    moe_router_num_groups: int | None = None
+    moe_router_group_topk: int | None = None
+    moe_router_enable_expert_bias: bool = False
     # DeepSeek-V3's multi-token prediction (--mtp-num-layers): extra transformer layers on the last stage
     mtp_num_layers: int = 0
     # sliding-window attention (--window-size LEFT,RIGHT; -1 unbounded), on every layer or, with
@@ -134,6 +139,18 @@ class ModelConfig:
     def is_moe_layer(self, layer: int) -> bool:
         """Whether global transformer layer ``layer`` (0-based) has an MoE MLP."""
         return self.is_moe and layer >= self.n_dense_layers
+
+    def attention_window(self, layer: int) -> int | None:
+        """The left window in tokens of global transformer layer ``layer`` (0-based) under ``--window_size``, or None
+        when it attends to the whole (causal) past: Megatron-core's ``is_layer_window_attention`` (1-based layer
+        numbers; with ``--window_attn_skip_freq N`` every N-th layer is full).  GPT training's mask is causal, so the
+        right side of the window adds nothing (Transformer Engine: a causal mask forces it to 0); an unbounded left
+        side (-1) is full attention."""
+        if self.window_size is None or self.window_size[0] < 0:
+            return None
+        if self.window_attn_skip_freq is not None and (layer + 1) % self.window_attn_skip_freq == 0:
+            return None
+        return self.window_size[0]
 
     def with_changes(self, **changes: Any) -> ModelConfig:
         return replace(self, **changes)

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from utils.errors import ConfigError
+from utils.pipeline_layout import FLAG as F_LAYOUT
+from utils.pipeline_layout import PipelineLayout, parse_layout
 from utils.rank_generator import RankGenerator
 
 if TYPE_CHECKING:
@@ -80,6 +82,8 @@ class ParallelConfig:
     loss_in_split: bool = False
     order: str = "tp-cp-ep-dp-pp"
     pipeline_layout: str | None = None
+    hierarchical_cp: tuple[int, ...] | None = None
+    embedding_stages: tuple[int, ...] | None = None
     dp: int = field(init=False)
     ga: int = field(init=False)
 
@@ -96,9 +100,6 @@ class ParallelConfig:
                 f"{F_CP} {self.cp} = {model_parallel}")
         dp = self.world_size // model_parallel
         object.__setattr__(self, "dp", dp)
-        if self.etp is not None and self.etp not in (1, self.tp):
-            raise ConfigError(f"{F_ETP} {self.etp} is not supported: use 1 or the tensor-parallel size "
-                              f"({F_TP} {self.tp})")
         if self.expert_tp == self.tp and dp % self.ep:
             raise ConfigError(
                 f"{F_EP} {self.ep} does not divide the data-parallel size {dp} "
@@ -143,11 +144,53 @@ class ParallelConfig:
                 if self.embedding_in_split or self.loss_in_split:
                     raise ConfigError(f"{name} cannot be combined with {F_EMB_SPLIT} or {F_LOSS_SPLIT} (Megatron "
                                       "allows one way of unbalancing the stages at a time)")
+        if self.pipeline_layout is not None:
+            self._check_layout(global_batch)
+        if self.embedding_stages is not None:
+            stages = tuple(sorted(set(self.embedding_stages)))
+            if not stages or stages[0] < 0 or stages[-1] >= self.pp:
+                raise ConfigError(f"embedding group stages {stages} are outside 0..{self.pp - 1} ({F_PP} {self.pp})")
+            object.__setattr__(self, "embedding_stages", stages)
         if self.order not in ORDERS:
             raise ConfigError(f"rank order {self.order!r} is not one Megatron builds ({' or '.join(ORDERS)}; "
                               "--use-tp-pp-dp-mapping selects the second)")
         if self.sequence_parallel and self.tp == 1:
             object.__setattr__(self, "sequence_parallel", False)
+        if self.hierarchical_cp is not None:
+            sizes = tuple(self.hierarchical_cp)
+            product = 1
+            for size in sizes:
+                product *= size
+            if len(sizes) != 2 or product != self.cp:  # Megatron's arguments.py asserts the product
+                raise ConfigError(f"--hierarchical_context_parallel_sizes {','.join(map(str, sizes))}: give the a2a "
+                                  f"and p2p levels, two sizes whose product is {F_CP} {self.cp}")
+            object.__setattr__(self, "hierarchical_cp", sizes)
+
+    def _check_layout(self, global_batch: int) -> None:
+        """Parse ``--pipeline_model_parallel_layout`` and refuse what Megatron refuses beside it."""
+        layout = parse_layout(self.pipeline_layout, self.pp)
+        self.__dict__["_layout"] = layout
+        for name, value in ((F_VPP, self.vpp_layers), (F_VSTAGES, self.virtual_stages)):
+            if value is not None:  # Megatron's arguments.py: no more than one of the three
+                raise ConfigError(f"{F_LAYOUT} sets the chunks per pipeline rank itself: give it or {name}, not both")
+        for name, value in ((F_FIRST, self.first_stage_layers), (F_LAST, self.last_stage_layers),
+                            (F_EMB_SPLIT, self.embedding_in_split), (F_LOSS_SPLIT, self.loss_in_split)):
+            if value:  # Megatron's TransformerConfig: the layout excludes the other ways of splitting
+                raise ConfigError(f"{F_LAYOUT} cannot be combined with {name} (the layout places every layer itself)")
+        if layout.vpp > 1:
+            if self.pp < 2:
+                raise ConfigError(f"{F_LAYOUT} {self.pipeline_layout!r} gives {layout.vpp} virtual stages to one pipeline "
+                                  f"rank: the interleaved schedule needs {F_PP} > 1")
+            if self.ga % self.pp:
+                raise ConfigError(
+                    f"the interleaved schedule ({F_LAYOUT}: {layout.vpp} chunks per rank) needs the number of "
+                    f"micro-batches {self.ga} ({F_GBS} {global_batch} / ({F_MBS} {self.micro_batch} x data-parallel "
+                    f"{self.dp})) to be a multiple of {F_PP} {self.pp}")
+
+    @property
+    def layout(self) -> PipelineLayout | None:
+        """The parsed ``--pipeline_model_parallel_layout`` (None without one)."""
+        return self.__dict__.get("_layout")
 
     @property
     def expert_tp(self) -> int:
@@ -163,7 +206,8 @@ class ParallelConfig:
     def interleaved(self) -> bool:
         """Whether the interleaved schedule was asked for (``--num_layers_per_virtual_pipeline_stage`` or
         ``--num_virtual_stages_per_pipeline_rank``); :meth:`chunks` says how many chunks that gives."""
-        return self.vpp_layers is not None or self.virtual_stages is not None
+        return self.vpp_layers is not None or self.virtual_stages is not None or \
+            (self.layout is not None and self.layout.vpp > 1)
 
     def rank_generator(self) -> RankGenerator:
         """Megatron's process groups for this layout (order ``tp-cp-ep-dp-pp``; one object per layout,
@@ -171,7 +215,8 @@ class ParallelConfig:
         found = self.__dict__.get("_rank_generator")
         if found is None:
             found = self.__dict__["_rank_generator"] = RankGenerator(
-                tp=self.tp, ep=self.ep if self.expert_tp == self.tp else 1, dp=self.dp, pp=self.pp, cp=self.cp, order=self.order)
+                tp=self.tp, ep=self.ep if self.expert_tp == self.tp else 1, dp=self.dp, pp=self.pp, cp=self.cp, order=self.order,
+                hierarchical_cp=self.hierarchical_cp)
         return found
 
     def expert_rank_generator(self) -> RankGenerator:
@@ -186,7 +231,9 @@ class ParallelConfig:
 
     _GROUP_TOKENS = {"tp_group": (False, "tp"), "dp_group": (False, "dp"), "pp_group": (False, "pp"),
                      "mp_group": (False, "tp-pp"), "ep_group": (True, "ep"), "ep_dp_group": (True, "edp"),
-                     "ep_tp_group": (True, "tp-ep")}
+                     "ep_tp_group": (True, "tp-ep"), "cp_group": (False, "cp"), "tp_cp_group": (False, "tp-cp"),
+                     "dp_cp_group": (False, "dp-cp"), "cp_a2a_group": (False, "hcp0"), "cp_p2p_group": (False, "hcp1"),
+                     "etp_group": (True, "tp")}
     """CommGroup value -> (from the expert layout?, RankGenerator token)."""
 
     def group_ranks(self, group: str) -> list[list[int]]:
@@ -198,7 +245,8 @@ class ParallelConfig:
             expert, token = self._GROUP_TOKENS[name]
             return (self.expert_rank_generator() if expert else self.rank_generator()).get_ranks(token)
         if name == "embedding_group":
-            return [[ranks[0], ranks[-1]] for ranks in self.rank_generator().get_ranks("pp")] if self.pp > 1 else []
+            stages = self.embedding_group_stages()
+            return [[ranks[s] for s in stages] for ranks in self.rank_generator().get_ranks("pp")] if self.pp > 1 else []
         if name == "all_nodes":
             return [list(range(self.world_size))]
         raise ConfigError(f"unknown process group {name!r}")
@@ -215,12 +263,22 @@ class ParallelConfig:
             if self.pp == 1:
                 return None
             ranks = self.rank_generator().group_of(rank, "pp")
-            return [ranks[0], ranks[-1]] if rank in (ranks[0], ranks[-1]) else None
+            members = [ranks[s] for s in self.embedding_group_stages()]
+            return members if rank in members else None
         if name == "all_nodes":
             if not 0 <= rank < self.world_size:
                 raise ConfigError(f"rank {rank} is outside the world of {self.world_size} ranks")
             return range(self.world_size)
         raise ConfigError(f"unknown process group {name!r}")
+
+    def embedding_group_stages(self) -> tuple[int, ...]:
+        """Pipeline ranks of Megatron's embedding group: the first and the last by default, or
+        ``embedding_stages`` (set from the model by :class:`utils.config.JobConfig`: with multi-token
+        prediction, ``pretrain_gpt.py``'s ``get_embedding_ranks`` adds the MTP ranks and keeps the last rank
+        only with tied embeddings)."""
+        if self.embedding_stages is not None:
+            return self.embedding_stages
+        return (0, self.pp - 1) if self.pp > 1 else (0,)
 
     # ---- rules that need the model -----------------------------------------------------------
 
@@ -232,6 +290,8 @@ class ParallelConfig:
         """
         if self.virtual_stages is not None:
             return self.virtual_stages
+        if self.layout is not None:
+            return self.layout.vpp
         if self.vpp_layers is None:
             return 1
         per_stage = self._stage_split(num_layers)[1]
@@ -278,6 +338,12 @@ class ParallelConfig:
         return list(cache[num_layers])
 
     def _virtual_stage_layers(self, num_layers: int) -> list[int]:
+        if self.layout is not None:  # the layout's own counts (empty stages allowed, as Megatron allows them)
+            counts = self.layout.layers()
+            if sum(counts) != num_layers:
+                raise ConfigError(f"{F_LAYOUT} {self.pipeline_layout!r} holds {sum(counts)} transformer layers (t), not "
+                                  f"--num_layers {num_layers}")
+            return counts
         first, middle, last = self._stage_split(num_layers)
         v = self.chunks(num_layers)
         per_rank = [middle] * self.pp
@@ -322,6 +388,11 @@ class ParallelConfig:
         if model.ffn_hidden_size % self.tp:
             raise ConfigError(f"--ffn_hidden_size {model.ffn_hidden_size} is not divisible by {F_TP} {self.tp}")
         self.virtual_stage_layers(model.num_layers)
+        if self.layout is not None:
+            self.layout.check_model(model.num_layers, model.mtp_num_layers)
+        if model.mtp_num_layers and model.position_embedding_type == "learned_absolute":
+            raise ConfigError(f"--mtp_num_layers {model.mtp_num_layers} needs --position_embedding_type rope or none "
+                              "(Megatron's arguments.py refuses multi-token prediction with learned positions)")
         if model.position_embedding_type == "learned_absolute" and seq_length > model.max_position_embeddings:
             raise ConfigError(f"--seq_length {seq_length} exceeds --max_position_embeddings "
                               f"{model.max_position_embeddings} of learned position embeddings (Megatron refuses "

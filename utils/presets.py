@@ -116,8 +116,12 @@ _PRESETS: list[tuple[ModelConfig, tuple[str, ...]]] = [
                  ffn_hidden_size=18432, vocab_size=129280, max_position_embeddings=163840, num_experts=256,
                  moe_router_topk=8, moe_ffn_hidden_size=2048, n_shared_experts=1, n_dense_layers=3,
                  multi_latent_attention=True, q_lora_rank=1536, kv_lora_rank=512, qk_head_dim=128,
-                 qk_pos_emb_head_dim=64, v_head_dim=128, published_params=671e9,
-                 source="DeepSeek-V3 Technical Report, section 4.2; config.json (671B)", **_LLAMA),
+                 qk_pos_emb_head_dim=64, v_head_dim=128, published_params=671e9, mtp_num_layers=1,
+                 moe_router_score_function="sigmoid", moe_router_num_groups=8, moe_router_group_topk=4,
+                 moe_router_enable_expert_bias=True,
+                 source="DeepSeek-V3 Technical Report, section 4.2 (one MTP module, D = 1; sigmoid gating with the "
+                        "auxiliary-loss-free bias, node-limited routing to 4 of 8 groups); config.json (671B, "
+                        "num_nextn_predict_layers 1, scoring_func sigmoid, n_group 8, topk_group 4)", **_LLAMA),
      ("deepseek671", "deepseek_671B")),
     # Qwen3 MoE: Qwen3 Technical Report (2025), Table 2, and config.json (hidden 2048 / 4096,
     # 48 / 94 layers, 32 / 64 query and 4 kv heads of 128, 128 experts of 768 / 1536, top 8, QK-norm).
@@ -131,6 +135,22 @@ _PRESETS: list[tuple[ModelConfig, tuple[str, ...]]] = [
                  num_experts=128, moe_router_topk=8, moe_ffn_hidden_size=1536, qk_layernorm=True,
                  published_params=235e9, source="Qwen3 Technical Report, Table 2; Qwen3-235B-A22B config.json",
                  **_LLAMA), ("qwen3_moe_235B", "qwen3_moe")),
+    # GPT-OSS: OpenAI's gpt-oss-120b / gpt-oss-20b config.json (hidden 2880, 36 / 24 layers, 64 query and 8 kv
+    # heads of 64, 128 / 32 experts of intermediate 2880, top 4, vocab 201088, biases in attention and experts,
+    # sliding window 128 on every other layer: layer_types alternate sliding_attention / full_attention); the model
+    # card's 116.8B / 20.9B total.
+    (_preset(name="gpt_oss_120B", hidden_size=2880, num_layers=36, num_attention_heads=64, num_query_groups=8,
+                 kv_channels_given=64, ffn_hidden_size=2880, vocab_size=201088, max_position_embeddings=131072,
+                 num_experts=128, moe_router_topk=4, moe_ffn_hidden_size=2880, window_size=(128, 0),
+                 window_attn_skip_freq=2, published_params=116.8e9,
+                 source="gpt-oss-120b config.json and model card (116.8B)", **{**_LLAMA, "add_bias_linear": True}),
+     ("gpt-oss-120b", "gpt_oss")),
+    (_preset(name="gpt_oss_20B", hidden_size=2880, num_layers=24, num_attention_heads=64, num_query_groups=8,
+                 kv_channels_given=64, ffn_hidden_size=2880, vocab_size=201088, max_position_embeddings=131072,
+                 num_experts=32, moe_router_topk=4, moe_ffn_hidden_size=2880, window_size=(128, 0),
+                 window_attn_skip_freq=2, published_params=20.9e9,
+                 source="gpt-oss-20b config.json and model card (20.9B)", **{**_LLAMA, "add_bias_linear": True}),
+     ("gpt-oss-20b",)),
 ]
 
 # AICB's -m sizes: megatron_gpt.sh / megatron_workload_with_aiob.sh for Megatron and DeepSeek,

@@ -14,6 +14,10 @@ from utils.errors import ConfigError
 _DIMS = ("tp", "cp", "ep", "dp", "pp")
 EXPERT_DP = "edp"
 """Token for the expert-data-parallel group (``dp`` in the expert view)."""
+HIERARCHICAL_CP = ("hcp0", "hcp1")
+"""Tokens for the two levels of hierarchical context parallelism (``--hierarchical_context_parallel_sizes a,p``):
+Megatron-core's ``create_hierarchical_parallel_groups`` cuts each CP group (ranks ``c_0 .. c_{cp-1}``) into level-0
+groups of ``a`` consecutive members (``c_{k a} .. c_{k a + a - 1}``) and level-1 groups of the members ``a`` apart."""
 
 
 def _strides(shape: list[int]) -> list[int]:
@@ -52,7 +56,11 @@ class RankGenerator:
     """
 
     def __init__(self, tp: int = 1, ep: int = 1, dp: int = 1, pp: int = 1, cp: int = 1,
-                 order: str = "tp-cp-ep-dp-pp") -> None:
+                 order: str = "tp-cp-ep-dp-pp", hierarchical_cp: tuple[int, ...] | None = None) -> None:
+        self.hierarchical_cp = tuple(hierarchical_cp) if hierarchical_cp else (cp, 1)
+        if len(self.hierarchical_cp) != 2 or self.hierarchical_cp[0] * self.hierarchical_cp[1] != cp:
+            raise ConfigError(f"RankGenerator: hierarchical CP sizes {hierarchical_cp!r} are not two levels whose "
+                              f"product is cp {cp}")
         sizes = {"tp": tp, "ep": ep, "dp": dp, "pp": pp, "cp": cp}
         for name, size in sizes.items():
             if not isinstance(size, int) or size < 1:
@@ -105,6 +113,13 @@ class RankGenerator:
         the expert view (Megatron's flag): ``get_ranks("dp", independent_ep=True)`` is the
         expert-data-parallel group, also available as the token ``edp``.
         """
+        if token in HIERARCHICAL_CP:
+            level = HIERARCHICAL_CP.index(token)
+            cached = self._cache.get((token, False))
+            if cached is None:
+                cached = self._cache[(token, False)] = [
+                    group for ranks in self.get_ranks("cp") for group in self._levels(ranks)[level]]
+            return cached
         key, independent_ep, shape, mask = self._view(token, independent_ep)
         cache_key = (key, independent_ep)
         if cache_key not in self._cache:
@@ -116,6 +131,9 @@ class RankGenerator:
         computed from the rank's coordinates without building the other groups."""
         if not 0 <= rank < self.world_size:
             raise ConfigError(f"rank {rank} is outside the world of {self.world_size} ranks")
+        if token in HIERARCHICAL_CP:
+            level = self._levels(self.group_of(rank, "cp"))[HIERARCHICAL_CP.index(token)]
+            return next(group for group in level if rank in group)
         _, _, shape, mask = self._view(token, independent_ep)
         base, rest, members = rank, rank, [0]
         for size, stride, masked in zip(shape, _strides(shape), mask):
@@ -125,6 +143,13 @@ class RankGenerator:
                 base -= index * stride
                 members = [m + i * stride for i in range(size) for m in members]
         return [base + m for m in members]
+
+    def _levels(self, ranks: list[int]) -> tuple[list[list[int]], list[list[int]]]:
+        """One CP group's level-0 and level-1 groups (:data:`HIERARCHICAL_CP`)."""
+        a, p = self.hierarchical_cp
+        first = [[ranks[k * a + i] for i in range(a)] for k in range(p)]
+        second = [[ranks[j + i * a] for i in range(p)] for j in range(a)]
+        return first, second
 
     def coordinates(self, rank: int) -> dict[str, int]:
         """The rank's index along each dimension: ``{"tp": .., "cp": .., "dp": .., "pp": .., "ep": .., "edp": ..}``."""

@@ -74,6 +74,13 @@ class CommGroup(str, Enum):
 
     ``mp_group`` (ours, not AICB's) is Megatron's model-parallel group (the tp x pp ranks of a
     data-parallel replica), where the optimizer reduces its gradient norm; ``all_nodes`` every rank.
+    Context parallelism (Megatron-core's ``parallel_state``): ``cp_group`` (``get_context_parallel_group``),
+    ``tp_cp_group`` (``get_tensor_and_context_parallel_group``), ``dp_cp_group`` (``get_data_parallel_group(
+    with_context_parallel=True)``: gradients and the distributed optimizer), and the two levels of
+    ``--hierarchical_context_parallel_sizes`` (``get_hierarchical_context_parallel_groups``): ``cp_a2a_group``
+    (the first level, consecutive CP ranks) and ``cp_p2p_group`` (the second, across them).
+    ``etp_group``: the expert tensor-parallel group (``get_expert_tensor_parallel_group``) when
+    ``--expert_tensor_parallel_size`` differs from the TP size (equal sizes use ``tp_group``: the same ranks).
     """
 
     dp_group = "dp_group"
@@ -85,6 +92,12 @@ class CommGroup(str, Enum):
     embedding_group = "embedding_group"
     mp_group = "mp_group"
     all_nodes = "all_nodes"
+    cp_group = "cp_group"
+    tp_cp_group = "tp_cp_group"
+    dp_cp_group = "dp_cp_group"
+    cp_a2a_group = "cp_a2a_group"
+    cp_p2p_group = "cp_p2p_group"
+    etp_group = "etp_group"
 
     def __str__(self) -> str:
         return f"CommGroup.{self.value}"

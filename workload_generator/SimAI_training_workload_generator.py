@@ -22,7 +22,7 @@ from utils.cli import parse_job, run_main
 from utils.config import JobConfig
 from utils.errors import ConfigError
 from workload_generator.compute_times import default_source, fill_job_times, print_report
-from workload_generator.entry import refuse_visual, report_memory
+from workload_generator.entry import note_ignored_simai_env, prepare_output, refuse_visual, report_memory
 from workload_generator.megatron import MegatronWorkload
 from workload_generator.simai_training import derive_simai
 
@@ -52,13 +52,15 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         raise ConfigError(f"--frame {job.training.frame}: SimAI workloads are generated for Megatron and DeepSeek jobs")
     # records carry computation times, so the computation items must exist
     job = replace(job, training=replace(job.training, computation_enable=True))
+    path = values.get("output") or default_simai_path(job, values)
+    prepare_output(path, values, prog, bool(values.get("output")))
+    note_ignored_simai_env(prog)
     gen = MegatronWorkload(job)
     source = compute_source(job, values)
     items = [i for chunk in gen.chunks for m, seg in chunk.backward_segments() for i in seg]
     items += [i for chunk in gen.chunks for i in chunk.forward_items()]
     report = fill_job_times(items, job, source, values, log=print)
     derived = derive_simai(gen)
-    path = values.get("output") or default_simai_path(job, values)
     derived.workload.write(path)
     print_report(report)
     if derived.dropped:

@@ -82,3 +82,18 @@ def grad_buckets(params: list[MockedParam], dp: int, bucket_size: int | None, di
     if members:
         close(param_end)
     return buckets
+
+
+def forward_key(param: str, num_layers: int) -> str:
+    """The simulator's layer key (:func:`simulator.programs` ``_layer_key``) of the forward items that first use
+    parameter ``param``: ``layers.N`` for a transformer layer's, ``layers.<num_layers + k>`` for MTP layer ``k``'s
+    own (:mod:`mocked_model.mtp`), ``embedding`` and ``output`` for the embedding's and the output layer's and
+    final norm's."""
+    parts = param.split(".")
+    if parts[0] == "layers" and len(parts) > 1:
+        return f"layers.{parts[1]}"
+    if parts[0] == "mtp" and len(parts) > 2:
+        return f"layers.{num_layers + int(parts[2])}"
+    if parts[0] == "embedding":
+        return "embedding"
+    return "output"

@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from mocked_model.base import MockedModule, comm
 from mocked_model.megatron import MegatronChunk, chunk_layout, optimizer_item
 from mocked_model.megatron_layers import MegatronContext
+from mocked_model.mtp import chunk_mtp_layers
 from utils.config import JobConfig
 from utils.errors import ConfigError
 from utils.workload import CommGroup, CommType, WorkItem, Workload
-from workload_generator.buckets import Bucket, default_bucket_size, grad_buckets
+from workload_generator.buckets import Bucket, default_bucket_size, forward_key, grad_buckets
 from workload_generator.generator import WorkloadGenerator, p2p_items
 from workload_generator.limits import check_megatron
 from workload_generator.schedules import Step, pipeline_schedule
@@ -47,9 +48,6 @@ class MegatronWorkload(WorkloadGenerator):
 
     def __init__(self, job: JobConfig, pp_rank: int | None = None, chunk_factory=None) -> None:
         p = job.parallel
-        if p.cp > 1:
-            raise ConfigError("--context-parallel-size > 1 is not modelled by the Megatron generator (its attention "
-                              "communication is not generated); use --context-parallel-size 1")
         self.pp_rank = p.pp_rank if pp_rank is None else pp_rank
         if not 0 <= self.pp_rank < p.pp:
             raise ConfigError(f"--pp_rank {self.pp_rank} is outside 0..{p.pp - 1}")
@@ -57,16 +55,23 @@ class MegatronWorkload(WorkloadGenerator):
         super().__init__(job, rank=p.rank_generator().rank_at(pp=self.pp_rank))
         self.ctx = MegatronContext.of(job)
         factory = chunk_factory or MegatronChunk
+        mtp = chunk_mtp_layers(job, self.pp_rank)
         self.chunks: list[MegatronChunk] = [
-            factory(job, first, count, pre, post, self.ctx) for first, count, pre, post in chunk_layout(job, self.pp_rank)
+            factory(job, first, count, pre, post, self.ctx, mtp_layers=mtp[c])
+            for c, (first, count, pre, post) in enumerate(chunk_layout(job, self.pp_rank))
         ]
         self.tied = not job.model.untie_embeddings_and_output_weights
-        if self.tied and p.pp > 1:
+        # the word embedding's copies stay in sync over the embedding group when they are tied to the output layer or
+        # looked up again by MTP layers (finalize_model_grads.py's _get_shared_word_embedding_weight)
+        stages = p.embedding_group_stages()
+        self.embedding_group = len(stages) if p.pp > 1 and self.pp_rank in stages else 0
+        self.syncs_embedding = (self.tied or job.model.mtp_num_layers > 0) and self.embedding_group > 1
+        if self.syncs_embedding:
             for chunk in self.chunks:
                 for param in chunk.parameters():
                     if param.shared_copy or param.name == "embedding.word_embeddings.weight":
                         param.shared_embedding = True
-        self.buffers = [self._buffers(chunk) for chunk in self.chunks]
+        self.buffers = [self._buffers(chunk, c) for c, chunk in enumerate(self.chunks)]
         self._batch_cache: dict[int, list[WorkItem]] = {}
         self._p2p_cache: dict[tuple[str, tuple[str, ...]], list[WorkItem]] = {}
         self._synced_backward: dict[int, list[WorkItem]] = {}
@@ -102,23 +107,29 @@ class MegatronWorkload(WorkloadGenerator):
                                                  f"{phase}.gather_split_1d_tensor")]
         return items
 
-    def _bucket_size(self) -> int | None:
+    def _bucket_size(self, chunk: int = 0) -> int | None:
+        """Megatron's bucket size in elements: one bucket per buffer without ``--overlap_grad_reduce``, on every
+        pipeline rank but the first, and for every model chunk but the first (``get_model``'s
+        ``disable_bucketing=(model_chunk_idx > 0)``, core_r0.8 on)."""
         p, t = self.job.parallel, self.job.training
-        if not t.overlap_grad_reduce or self.pp_rank > 0:
+        if not t.overlap_grad_reduce or self.pp_rank > 0 or chunk > 0:
             return None
         return t.ddp_bucket_size or default_bucket_size(p.dp)
 
-    def _buffers(self, chunk: MockedModule) -> list[GradBuffer]:
+    def _buffers(self, chunk: MockedModule, index: int = 0) -> list[GradBuffer]:
         """The chunk's gradient buffers: dense parameters over DP, expert parameters over expert-DP
         (Megatron's ``buffers`` and ``expert_parallel_buffers``), each cut into buckets."""
         p, t = self.job.parallel, self.job.training
         params = list(chunk.parameters())
         shared = frozenset(q.name for q in params if q.shared_embedding)
         out = []
-        for group, size, members in ((CommGroup.dp_group, p.dp, [q for q in params if not q.is_expert]),
+        # dense gradients reduce over the data-parallel group with context parallelism (Megatron's DDP:
+        # get_data_parallel_group(with_context_parallel=True)); the expert-DP group already spans the CP ranks
+        dense = (CommGroup.dp_cp_group, p.dp * p.cp) if p.cp > 1 else (CommGroup.dp_group, p.dp)
+        for group, size, members in ((*dense, [q for q in params if not q.is_expert]),
                                      (CommGroup.ep_dp_group, p.expert_dp, [q for q in params if q.is_expert])):
             if members:
-                buckets = grad_buckets(members, size, self._bucket_size(), t.use_distributed_optimizer, shared)
+                buckets = grad_buckets(members, size, self._bucket_size(index), t.use_distributed_optimizer, shared)
                 out.append(GradBuffer(group, size, buckets))
         return out
 
@@ -135,8 +146,8 @@ class MegatronWorkload(WorkloadGenerator):
         out.append(comm(BARRIER, world, p.world_size, 0, "init.compile_dependencies"))
         out.append(comm(AR, world, p.world_size, 8, "init.start_time"))
         out.append(comm(BARRIER, world, p.world_size, 0, "init.print_datetime"))
-        if self.tied and p.pp > 1 and any(c.shares_embedding for c in self.chunks):
-            out.append(comm(AR, CommGroup.embedding_group, 2, self._embedding_numel() * self.ctx.dtype_bytes,
+        if self.syncs_embedding and any(c.shares_embedding for c in self.chunks):
+            out.append(comm(AR, CommGroup.embedding_group, self.embedding_group, self._embedding_numel() * self.ctx.dtype_bytes,
                             "init.setup_embeddings_and_output_layer"))
         out.append(comm(BARRIER, world, p.world_size, 0, "init.print_datetime"))
         out.append(comm(BARRIER, world, p.world_size, 0, "init.print_datetime"))
@@ -184,9 +195,12 @@ class MegatronWorkload(WorkloadGenerator):
         buckets).  Every other input is the job's.  ``tests/test_simulator_stages.py`` checks that
         stages with equal signatures generate equal items, layer indices renumbered."""
         model = job.model
-        chunks = tuple((count, pre, post, tuple(model.is_moe_layer(first + k) for k in range(count)))
-                       for first, count, pre, post in chunk_layout(job, pp_rank))
-        return (cls, chunks, pp_rank == 0)
+        mtp = chunk_mtp_layers(job, pp_rank)
+        chunks = tuple((count, pre, post, tuple(model.is_moe_layer(first + k) for k in range(count)), mtp[c],
+                        model.mtp_num_layers > 0 and count > 0 and first + count == model.num_layers)
+                       for c, (first, count, pre, post) in enumerate(chunk_layout(job, pp_rank)))
+        stages = job.parallel.embedding_group_stages()
+        return (cls, chunks, pp_rank == 0, pp_rank in stages)
 
     def layer_ranges(self) -> list[tuple[int, int]]:
         return [(chunk.first_layer, chunk.num_layers) for chunk in self.chunks]
@@ -205,12 +219,13 @@ class MegatronWorkload(WorkloadGenerator):
             return cached
         chunk, c, p = self.chunks[index], self.ctx, self.job.parallel
         items: list[WorkItem] = []
-        if c.tp > 1 and (chunk.pre_process or chunk.post_process):
-            b, s = c.micro, c.seq
+        mtp = bool(getattr(chunk, "mtp_layers", None))
+        if c.tp > 1 and (chunk.pre_process or chunk.post_process or mtp):
+            b, s = c.micro, c.seq_full  # the whole sequence: get_batch_on_this_cp_rank slices it after the broadcasts
             mask = self.job.training.extra.get("no_create_attention_mask_in_dataloader") is not True
             tensors = {"tokens": b * s * 8, "labels": b * s * 8, "loss_mask": b * s * 4,
                        "attention_mask": b * s * s if mask else 0, "position_ids": b * s * 8}
-            if p.pp == 1:
+            if p.pp == 1 or mtp:  # an MTP stage looks up the shifted tokens (get_batch_on_this_tp_rank's mtp_on_this_rank)
                 names = ["tokens", "labels", "loss_mask", "attention_mask", "position_ids"]
             elif chunk.pre_process:
                 names = ["tokens", "attention_mask", "position_ids"]
@@ -265,7 +280,7 @@ class MegatronWorkload(WorkloadGenerator):
 
     def step(self, out: list[WorkItem]) -> None:
         """``finalize_model_grads`` then the optimizer step."""
-        p, t, c = self.job.parallel, self.job.training, self.ctx
+        t, c = self.job.training, self.ctx
         if not t.overlap_grad_reduce:
             for index, buffers in enumerate(self.buffers):
                 for buffer in buffers:
@@ -274,8 +289,8 @@ class MegatronWorkload(WorkloadGenerator):
             sp_numel = sum(q.numel for chunk in self.chunks for q in chunk.parameters() if q.sequence_parallel)
             if sp_numel:
                 out.append(comm(AR, CommGroup.tp_group, c.tp, sp_numel * t.grad_bytes, "step._allreduce_layernorm_grads"))
-        if self.tied and p.pp > 1 and any(chunk.shares_embedding for chunk in self.chunks):
-            out.append(comm(AR, CommGroup.embedding_group, 2, self._embedding_numel() * t.grad_bytes,
+        if self.syncs_embedding and any(chunk.shares_embedding for chunk in self.chunks):
+            out.append(comm(AR, CommGroup.embedding_group, self.embedding_group, self._embedding_numel() * t.grad_bytes,
                             "step._allreduce_word_embedding_grads"))
         self.optimizer_step(out)
 
@@ -293,11 +308,19 @@ class MegatronWorkload(WorkloadGenerator):
         if self.ctx.compute:
             out.append(self._optimizer)
         if dist_opt:
+            overlap = t.overlap_param_gather
+            layers = self.job.model.num_layers
             for index, buffers in enumerate(self.buffers):
                 for buffer in buffers:
                     if buffer.size > 1:
+                        # --overlap_param_gather: the next forward gathers bucket by bucket in forward order (the last
+                        # bucket first: buckets fill in reverse registration order), each before the first module that
+                        # uses it (DDP's forward pre-hooks); the items carry that module's layer key
+                        buckets = reversed(buffer.buckets) if overlap else buffer.buckets
                         out.extend(comm(AG, buffer.group, buffer.size, b.numel * self.ctx.dtype_bytes, "step.param_all_gather",
-                                        meta={"bucket": b.index, "chunk": index}) for b in buffer.buckets)
+                                        meta={"bucket": b.index, "chunk": index,
+                                              **({"overlap": "param_gather", "need": forward_key(b.last_param, layers)}
+                                                 if overlap else {})}) for b in buckets)
 
     # ---- views ----------------------------------------------------------------------------------
 

@@ -35,6 +35,7 @@ from utils.errors import ConfigError
 from utils.workload import CommGroup, CommType, WorkItem
 from workload_generator.megatron import MegatronWorkload
 from workload_generator.simai import SimAIHeader, SimAILayer, SimAIWorkload
+from workload_generator.simai_cp import SimAIContextView
 from workload_generator.simai_tokens import Column, simai_token
 
 UPDATE_NS = 100
@@ -191,6 +192,7 @@ def derive_simai(gen: MegatronWorkload) -> SimAIDerivation:
     """The SimAI workload of the generator's pipeline rank (``--pp_rank``)."""
     job, builder = gen.job, _Builder()
     p, t = job.parallel, job.training
+    cp = SimAIContextView(job)  # context parallelism's groups as SimAI's (workload_generator.simai_cp)
     one_mb: list[_Record] = []
     overlap_at: list[tuple[int, int, list]] = []   # (index of the leaf's first record, chunk, its closing buckets)
     for index, chunk in enumerate(gen.chunks):
@@ -198,8 +200,8 @@ def derive_simai(gen: MegatronWorkload) -> SimAIDerivation:
         segments = {id(m): items for m, items in chunk.backward_segments()}
         for leaf in _leaves(chunk):
             is_layer = bool(leaf.children)
-            forward = [] if is_layer else leaf.forward_items()
-            backward = segments.get(id(leaf), [])
+            forward = [] if is_layer else cp.items(leaf.forward_items())
+            backward = cp.items(segments.get(id(leaf), []))
             records = builder.module_records(leaf, forward, backward)
             if not records and any(q.name in closing for q in leaf.params):
                 records = [_Record(_record_name(forward + backward, "layer"))]
@@ -212,7 +214,7 @@ def derive_simai(gen: MegatronWorkload) -> SimAIDerivation:
     # first copy (SimAI plays backward from the end).  Other copies are the same records.
     first = [r.copy() for r in one_mb]
     for position, index, buckets in reversed(overlap_at):
-        items = [i for buffer, bucket in buckets for i in gen.bucket_collectives(index, buffer, bucket)
+        items = [i for buffer, bucket in buckets for i in cp.items(gen.bucket_collectives(index, buffer, bucket))
                  if builder._comm_ok(i, "wg")]
         if items:
             first[position].wg_comm = items[0]
@@ -223,7 +225,7 @@ def derive_simai(gen: MegatronWorkload) -> SimAIDerivation:
     step_items: list[WorkItem] = []
     gen.step(step_items)
     head: list[_Record] = []
-    for item in step_items:
+    for item in cp.items(step_items):
         if item.comm_group == CommGroup.tp_group and builder._comm_ok(item, "ig"):
             head.append(_Record("layernorm_grads", ig_comm=item))
         elif item.comm_type is CommType.all_gather and builder._comm_ok(item, "wg"):
@@ -231,7 +233,7 @@ def derive_simai(gen: MegatronWorkload) -> SimAIDerivation:
         elif item.comm_type in (CommType.all_reduce, CommType.reduce_scatter) and builder._comm_ok(item, "wg"):
             head.append(_Record("grad_sync", wg_comm=item))
     layers = [_layer(r, cache) for r in reversed(head)] + first_layers + other_layers * (p.ga - 1)
-    header = SimAIHeader.transformer(tp=p.tp, ep=p.ep, pp=p.pp, vpp=sum(c.num_layers for c in gen.chunks), ga=p.ga,
+    header = SimAIHeader.transformer(tp=p.tp, ep=cp.ep, pp=p.pp, vpp=sum(c.num_layers for c in gen.chunks), ga=p.ga,
                                      all_gpus=p.world_size, pp_comm=gen.p2p_bytes if p.pp > 1 else 0)
     simai = SimAIWorkload(header=header, records=layers)
     return SimAIDerivation(simai, builder.dropped)

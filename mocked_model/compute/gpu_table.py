@@ -54,6 +54,9 @@ SOURCES = {
                "settled on 1500 MHz",
     "MLE": "S. Bekman, ml-engineering, compute/accelerator (its README): clock table (A100 SXM 1410, H100/H200 SXM 1830 MHz "
            "for the tensor figures; B200 1965, GB200 2062 maximum SM clocks) and power table",
+    "FP4": "NVIDIA DGX B200 datasheet: 72 PFLOPS FP4 training and 144 PFLOPS FP4 inference per 8 GPUs (sparse), 9 "
+           "PFLOPS dense FP4 per GPU; GB200 NVL72 datasheet: 1,440 PFLOPS FP4 (sparse) per 72 GPUs, 10 PFLOPS dense per "
+           "GPU (Blackwell's NVFP4/MXFP4 tensor cores)",
     "NCCL": "NVIDIA/nccl src/graph/topo.h: the per-link NVLink bandwidth NCCL's tuner assumes: SM80_NVLINK_BW 20.0, "
             "SM90_NVLINK_BW 20.6, SM100_NVLINK_BW 40.1 GB/s, of 25 / 25 / 50 GB/s nominal per direction",
 }
@@ -111,7 +114,9 @@ class GPUSpec:
     - ``kernel_us``: the cost of one small kernel in a stream (launch gap, ramp and tail);
     - ``epilogue_overlap``: whether cuBLAS hides a GEMM's output write behind other tiles' main loops (Hopper and
       newer); ``mx_formats``: MXFP8 block-scaled tensor cores (Blackwell);
-    - ``measured``: the fields measured on this GPU type (the others derived, as ``calibration`` says).
+    - ``measured``: the fields measured on this GPU type (the others derived, as ``calibration`` says);
+    - ``fp4_tflops``: the dense FP4 tensor peak ([FP4]; None before Blackwell); FP4 GEMMs are taken to reach FP8's
+      share of their peak (not measured).
     """
 
     name: str
@@ -138,6 +143,7 @@ class GPUSpec:
     source: str
     calibration: str
     measured: tuple[str, ...] = field(default=())
+    fp4_tflops: float | None = None
 
     @property
     def clock_ratio(self) -> float:
@@ -151,6 +157,11 @@ class GPUSpec:
             if self.fp8_tflops is None:
                 raise ConfigError(f"--dtype float8: the {self.name} has no FP8 tensor cores")
             return self.fp8_tflops * 1e12
+        if kind == "fp4":
+            if self.fp4_tflops is None:
+                raise ConfigError(f"--dtype float4: the {self.name} has no FP4 tensor cores (NVFP4/MXFP4 need Blackwell: "
+                                  "B200, GB200)")
+            return self.fp4_tflops * 1e12
         if kind == "fp32":
             return self.fp32_tflops * 1e12
         return self.bf16_tflops * 1e12
@@ -161,7 +172,7 @@ class GPUSpec:
         return self.peak_flops(kind) * self.clock_ratio
 
     def gemm_efficiency(self, kind: str) -> float:
-        return self.fp8_gemm_eff if kind == "fp8" else self.gemm_eff
+        return self.fp8_gemm_eff if kind in ("fp8", "fp4") else self.gemm_eff
 
     def memory_efficiency(self, kind: str) -> float:
         """The share of the HBM rate a memory-bound kernel of ``kind`` reaches (``stream`` for an unknown kind)."""
@@ -324,6 +335,7 @@ GPUS: dict[str, GPUSpec] = {g.name: g for g in (
             source="NVIDIA DGX B200 datasheet, per GPU: FP16/BF16 2.25 PFLOPS dense, FP8 4.5 PFLOPS dense, "
                    "1,440 GB HBM3e per 8 GPUs (180 GB) at 8 TB/s each, NVLink5 1.8 TB/s bidirectional; "
                    "148 SMs (Blackwell architecture brief), 1,000 W",
+            fp4_tflops=9000,
             calibration="[MAMF] 1745 TFLOP/s (1792x16128x3072) and FP8 3432.5 (15360x4096x3072), best of a sweep, "
                         "taken at the datasheet clock: main-loop efficiencies 0.8426 and 0.8204; [FLASHINFER] the "
                         "sustained clock; attention [CUDNN_GB200]; memory-kernel shares as the H200 (not measured)"),
@@ -332,6 +344,7 @@ GPUS: dict[str, GPUSpec] = {g.name: g for g in (
                                     fp8_gemm_eff=0.8236),
             source="NVIDIA GB200 NVL72 datasheet, per Blackwell GPU: FP16/BF16 2.5 PFLOPS dense, FP8 5 PFLOPS "
                    "dense, 13.4 TB HBM3e per 72 GPUs (186 GB) at 8 TB/s each, NVLink5 1.8 TB/s bidirectional, 1,200 W",
+            fp4_tflops=10000,
             calibration="[MAMF] 1822 TFLOP/s (4096x9728x2048) and FP8 3615.6 (19456x5120x1536), best of a sweep, "
                         "at the datasheet clock: main-loop efficiencies 0.8720 and 0.8236; the sustained clock derived "
                         "from the B200's; attention [CUDNN_GB200]; memory-kernel shares as the H200 (not measured)"),

@@ -17,6 +17,8 @@ from mocked_model.compute.kernels import GemmShape
 
 FP8_GROUP = 128
 """Values per fp32 scale of FP8 activations and dispatched tokens (DeepSeek-V3's 1x128 tiles)."""
+FP4_GROUP = 16
+"""Values per e4m3 scale of NVFP4 activations (NVIDIA's Blackwell FP4 format: e2m1 values, one FP8 scale per 16)."""
 GDN_CHUNK = 64
 """Chunk length of FLA's chunked gated-delta-rule kernel (``chunk_gated_delta_rule``, the prefill path)."""
 
@@ -27,7 +29,9 @@ def infer_gemm_kernels(item, p: Precision) -> list[Kernel]:
     with ``rows / batch`` rows per member (a grouped GEMM pads every expert to the busiest one's tokens:
     meta ``rows_per_member`` when given).  FP8 weights take FP8 activations: each GEMM's input is first
     quantized per 1x128 group (read ``a``, write 1 byte and an fp32 scale per group; SGLang and vLLM's
-    ``per_token_group_quant_fp8`` kernel)."""
+    ``per_token_group_quant_fp8`` kernel).  FP4 weights (NVFP4, Blackwell) take FP4 activations: each input is
+    quantized per 16 values (read ``a``, write half a byte and an e4m3 scale per group: vLLM's and TensorRT-LLM's
+    ``scaled_fp4_quant``), and the GEMM runs at the FP4 tensor rate."""
     meta = item.meta or {}
     shapes = item.shapes or ()
     if len(shapes) < 2:
@@ -43,6 +47,8 @@ def infer_gemm_kernels(item, p: Precision) -> list[Kernel]:
     out = [Kernel(f"{meta.get('name', 'linear')} gemm", GemmShape(max(m, 1), n, k, max(batch, 1), kind, p.a))]
     if kind == "fp8":
         out.append(mem("fp8 activation quantization", rows * k * (p.a + 1) + rows * ceil(k / FP8_GROUP) * 4))
+    elif kind == "fp4":
+        out.append(mem("fp4 activation quantization", rows * k * (p.a + 0.5) + rows * ceil(k / FP4_GROUP)))
     return out
 
 

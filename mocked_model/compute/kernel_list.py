@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from math import prod
 
 from mocked_model.compute.gpu_table import GPUSpec
+from mocked_model.compute.grouped import grouped_gemm_ns
 from mocked_model.compute.kernels import GemmShape, flash_attention_ns, gemm_ns, memory_ns
 
 
@@ -15,7 +16,8 @@ class Kernel:
     """One kernel (or a group of ``count`` kernels moving ``nbytes`` in all): a GEMM (``gemm``), a flash-attention
     pass (``flash_flops`` > 0, with ``cta_flops`` of thread-block overhead), or memory-bound work of ``kind``
     (:data:`mocked_model.compute.gpus.MEMORY_KINDS`); ``host_us`` of host time beyond the launches (a
-    device-to-host synchronisation)."""
+    device-to-host synchronisation); ``group``: a grouped GEMM's problems ``(m, n, k)`` (``gemm`` then holds their
+    aggregate for the FLOPs; :mod:`mocked_model.compute.grouped` prices them)."""
 
     name: str
     gemm: GemmShape | None = None
@@ -26,10 +28,11 @@ class Kernel:
     kind: str = "stream"
     cta_flops: float = 0.0
     host_us: float = 0.0
+    group: tuple[tuple[int, int, int], ...] = ()
 
     def ns(self, gpu: GPUSpec) -> float:
         if self.gemm is not None:
-            t = gemm_ns(self.gemm, gpu) * self.count
+            t = (grouped_gemm_ns(self.gemm, self.group, gpu) if self.group else gemm_ns(self.gemm, gpu)) * self.count
         elif self.flash_flops:
             t = flash_attention_ns(self.flash_flops, self.nbytes, gpu, self.backward, self.cta_flops)
         else:

@@ -70,7 +70,7 @@ Hopper kernels: 128 x 128)."""
 
 DTYPE_KIND = {"float8": "fp8", "fp8": "fp8", "bfloat16": "bf16", "bf16": "bf16", "float16": "bf16", "fp16": "bf16",
               "half": "bf16", "float32": "fp32", "fp32": "fp32", "float": "fp32"}
-KIND_BYTES = {"fp8": 1, "bf16": 2, "fp32": 4}
+KIND_BYTES: dict[str, float] = {"fp4": 0.5, "fp8": 1, "bf16": 2, "fp32": 4}
 
 
 def dtype_kind(dtype: str) -> str:

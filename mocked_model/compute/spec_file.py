@@ -127,7 +127,7 @@ def spec_from_dict(data: Any, path: str = "<gpu spec>") -> GPUSpec:
     values["measured"] = tuple(measured)
     if base is not None:
         return replace(base, **values)
-    missing = [f.name for f in fields(GPUSpec) if f.name not in values and f.name != "measured"]
+    missing = [f.name for f in fields(GPUSpec) if f.name not in values and f.name not in ("measured", "fp4_tflops")]
     if missing:
         field = _json_name(missing[0])
         raise FormatError(path, f"missing field {field!r} (give it, or 'base': a GPU of the table to start from)")

@@ -33,8 +33,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from math import ceil, prod
 
+from mocked_model.compute.attention_band import context_parallel_kernels as _context_parallel_kernels
+from mocked_model.compute.attention_band import piece_work
 from mocked_model.compute.kernel_list import Kernel, Precision, elements, mem, phase
 from mocked_model.compute.kernels import GemmShape, attention_work
+from mocked_model.compute.moe_ops import (
+    dispatch_meta_kernels,
+    grouped_gemm_kernels,
+    permute_kernels,
+    router_kernels,
+    sort_chunks_kernels,
+    unpermute_kernels,
+)
 
 HOST_SYNC_US = 10.0
 """A device-to-host copy of one scalar and its synchronisation (``float(tensor)``, ``torch.tensor(list of CUDA
@@ -90,6 +100,10 @@ def _gemm_kernels(item, p: Precision) -> list[Kernel]:
     if len(shapes) < 2:
         return []
     a_shape, b_shape = shapes[0], shapes[1]
+    if len(b_shape) == 3 and meta.get("tokens_per_expert"):  # grouped experts of their own token counts
+        grouped = grouped_gemm_kernels(item, p)
+        if grouped is not None:
+            return grouped
     if len(b_shape) == 3:  # grouped experts: one launch over E experts of tokens/E rows each
         experts, k, n = b_shape
         m = max(prod(a_shape[:-1]) // max(experts, 1), 1)
@@ -133,7 +147,10 @@ def _attention_kernels(item, p: Precision) -> list[Kernel]:
     Flash (cuDNN's fused attention under Transformer Engine, FlashAttention-2/3): the causal kernel computes half the
     square; backward recomputes the scores and does 2.5x the forward's matmul FLOPs (FA2 section 3.1); each thread
     block adds its overhead (:func:`~mocked_model.compute.kernels.flash_attention_ns`); HBM traffic is Q, K, V, O (and
-    dO, dQ, dK, dV, dQ's fp32 accumulator backward).
+    dO, dQ, dK, dV, dQ's fp32 accumulator backward).  A piece of the score matrix (context parallelism: the second
+    shape's sequence is the keys', ``(b, groups, s_kv, d)``, and ``causal`` False for a ring round off the diagonal)
+    or a sliding window (``meta['window']``) is priced by :mod:`mocked_model.compute.attention_band`, with the
+    correction, accumulation and reordering kernels context parallelism adds (``cp_round``, ``cp_a2a``).
 
     Unfused (Megatron's ``DotProductAttention``): keys and values repeated to every head under GQA, ``baddbmm`` Q K^T
     into an ``s x s`` buffer with the 1/sqrt(d) scale, then the softmax and dropout, then ``bmm`` with V.  With the
@@ -155,12 +172,18 @@ def _attention_kernels(item, p: Precision) -> list[Kernel]:
     backward = phase(item) == "backward"
     if meta.get("impl", "flash") == "flash":
         causal = meta.get("causal", True)
-        flops, cta = attention_work(b, h, s, d, dv, causal, backward)
-        io = (b * h * s * (d + dv) + b * g * s * (d + dv)) * a + b * h * s * 4
+        kv = shapes[1][2] if len(shapes) > 1 and len(shapes[1]) > 3 else s
+        window = meta.get("window")
+        if kv != s or window is not None:  # a context-parallel piece or a sliding window (attention_band)
+            flops, cta = piece_work(b, h, s, kv, d, dv, causal, window, backward)
+        else:
+            flops, cta = attention_work(b, h, s, d, dv, causal, backward)
+        io = (b * h * s * (d + dv) + b * g * kv * (d + dv)) * a + b * h * s * 4
+        extra = _context_parallel_kernels(meta, b, h, g, s, kv, d, dv, a, backward)
         if backward:
             io = io * 2 + b * h * s * d * 4 * 2  # read Q K V O dO, write dQ dK dV, dQ accumulated in fp32
-            return [Kernel("flash attention backward", nbytes=io, flash_flops=flops, backward=True, cta_flops=cta)]
-        return [Kernel("flash attention forward", nbytes=io, flash_flops=flops, cta_flops=cta)]
+            return [Kernel("flash attention backward", nbytes=io, flash_flops=flops, backward=True, cta_flops=cta), *extra]
+        return [Kernel("flash attention forward", nbytes=io, flash_flops=flops, cta_flops=cta), *extra]
     bh, square = b * h, b * h * s * s
     torch_softmax = meta.get("softmax", "fused") == "torch"
     fused_softmax = not torch_softmax and 16 < s <= 16384
@@ -381,20 +404,42 @@ def _optimizer_kernels(item, p: Precision) -> list[Kernel]:
 
 
 def _router_kernels(item, p: Precision) -> list[Kernel]:
-    """The MoE router: its GEMM (bf16 under FP8) plus softmax and top-k over the expert scores (fp32, a few passes)."""
-    out = _gemm_kernels(item, Precision("bf16" if p.kind == "fp8" else p.kind, p.a))
+    """The MoE router's gating GEMM (Megatron-core ``router_gating_linear``): bf16 inputs under FP8 and bf16; with
+    ``--moe_router_dtype fp32`` (``meta['router_dtype']``) Transformer Engine's ``general_gemm`` writes the logits in
+    fp32, and backward casts the weight and the input to fp32 and runs both gradient GEMMs in fp32 (the input's
+    cast: read ``a``, write 4 bytes per value).  The score, top-k and losses are the ``moe_route`` item
+    (:func:`mocked_model.compute.moe_ops.router_kernels`); items without it (older workloads) carry them here
+    (fp32, a few passes)."""
+    meta = item.meta or {}
+    fp32 = meta.get("router_dtype") in ("fp32", "fp64")
+    backward = meta.get("op") in ("dgrad", "wgrad")
+    kind = "fp32" if fp32 and backward else ("bf16" if p.kind == "fp8" else p.kind)
+    out = _gemm_kernels(item, Precision(kind, p.a))
     shapes = item.shapes or ()
-    if shapes and len(shapes) > 1:
+    if fp32 and meta.get("op") == "gemm" and out and out[0].gemm is not None:
+        g = out[0].gemm  # the logits written in fp32
+        out[0] = Kernel(out[0].name, GemmShape(g.m, g.n, g.k, g.batch, g.kind, 4, g.accumulate))
+    if fp32 and meta.get("op") == "wgrad" and shapes:
+        out.append(mem("router input cast to fp32", prod(shapes[0]) * (p.a + 4), kind="copy"))
+    if not meta.get("routed") and shapes and len(shapes) > 1 and meta.get("op") == "gemm":
         scores = prod(shapes[0][:-1]) * shapes[1][-1]
         out.append(mem("router softmax, top-k", scores * 4 * 4, 3))
     return out
 
 
+def _copy_kernels(item, p: Precision) -> list[Kernel]:
+    """A concatenation into a new tensor (``torch.cat``, e.g. the MTP layer's embedding and hidden states,
+    :mod:`mocked_model.mtp`): read and write every element of the output once."""
+    return [mem("concatenate", elements(item) * 2 * p.a, kind="copy")]
+
+
 OPS: dict[str, Callable[[object, Precision], list[Kernel]]] = {
+    "copy": _copy_kernels,
     "gemm": _gemm_kernels, "dgrad": _gemm_kernels, "wgrad": _gemm_kernels, "attention": _attention_kernels,
     "norm": _norm_kernels, "gelu": _activation_kernels, "swiglu": _activation_kernels, "bda": _bda_kernels,
     "rotary": _rotary_kernels, "embedding": _embedding_kernels, "loss": _loss_kernels,
-    "optimizer": _optimizer_kernels,
+    "optimizer": _optimizer_kernels, "moe_route": router_kernels, "moe_dispatch_meta": dispatch_meta_kernels,
+    "moe_permute": permute_kernels, "moe_unpermute": unpermute_kernels, "moe_sort_chunks": sort_chunks_kernels,
 }
 """Training operation name (``meta['op']``) -> its kernel list."""
 ROUTER = _router_kernels

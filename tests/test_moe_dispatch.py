@@ -1,0 +1,304 @@
+"""MoE as Megatron-core runs it, by hand: dispatch sizes under imbalance, the permutations' kernels, grouped GEMMs
+of uneven experts, DeepEP's deduplicated rows, the 1F1B all-to-all overlap, expert-TP groups, and the bad inputs.
+
+Tiny MoE (as tests/test_moe_workload.py): hidden 64, 4 heads, 2 MoE layers of 4 experts (top 2, FFN 128); world 8 =
+tp 2 x dp 4, ep 2, sequence parallel, sequence 32: T = 32 / tp 2 = 16 tokens per rank, 32 routed copies.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import pytest
+
+from mocked_model.compute.gpus import gpu_spec
+from mocked_model.compute.grouped import grouped_gemm_ns
+from mocked_model.compute.kernels import GEMM_T0_NS, GemmShape
+from mocked_model.compute.moe_ops import permute_kernels, unpermute_kernels
+from mocked_model.compute.ops import Precision
+from mocked_model.moe_dispatch import deepep_traffic, miss_probability
+from mocked_model.routing import expert_shares, route
+from simulator.moe_overlap import _slowed, pair_time, pairs
+from simulator.programs import StageScript
+from tests.conftest import ROOT, run_cli
+from utils.config import JobConfig, TrainingConfig
+from utils.errors import ConfigError
+from utils.model_config import ModelConfig
+from utils.parallel import ParallelConfig
+from utils.workload import CommType, WorkItem
+from workload_generator.megatron import MegatronWorkload
+from workload_generator.schedules import pipeline_schedule
+
+MOE = ModelConfig(name="tiny_moe", hidden_size=64, num_layers=2, num_attention_heads=4, ffn_hidden_size=128,
+                  vocab_size=256, normalization="RMSNorm", position_embedding_type="rope", num_experts=4,
+                  moe_router_topk=2, moe_ffn_hidden_size=128)
+H100 = gpu_spec("H100")
+
+
+def workload(model=MOE, world=8, tp=2, ep=2, etp=None, **training):
+    parallel = ParallelConfig(world_size=world, tp=tp, ep=ep, etp=etp, sequence_parallel=tp > 1, micro_batch=1,
+                              global_batch=world // tp)
+    return MegatronWorkload(JobConfig(model, parallel, TrainingConfig(seq_length=32, **training)))()
+
+
+# ---- routing under imbalance ------------------------------------------------------------------------
+
+def test_top_k_router_dispatch_sizes_under_imbalance():
+    # --moe_imbalance 1.5: expert 0 takes 1.5 / 4 = 0.375 of the 32 copies = 12; the other three share 0.625:
+    # 6.667 each -> 6, 6, 6 + the 2 left by largest remainder (ties to the lower index) -> 12, 7, 7, 6
+    assert expert_shares(4, 2, 0.0, 1.5) == pytest.approx([0.375, 0.625 / 3, 0.625 / 3, 0.625 / 3])
+    r = route(16, 4, 2, 2, imbalance=1.5)
+    assert r.per_expert == (12, 7, 7, 6)
+    # EP rank 0 (experts 0, 1) receives 2 sources x 19 = 38 copies, rank 1 2 x 13 = 26; each rank sends 32
+    assert (r.recv_tokens, r.send_tokens, r.busiest_tokens) == ((38, 26), 32, 38)
+    items = workload(moe_imbalance=1.5, computation_enable=True)
+    a2a = {i.msg_size for i in items if i.comm_type == CommType.all_to_all}
+    # the busiest rank's all-to-alls: 38 x 64 hidden x 2 bytes = 4864; its probabilities 38 x 2 (bf16) = 76
+    assert a2a == {4864, 76}
+    fc1 = [i for i in items if i.stage == "forward.MoEExperts.layers.0.mlp.experts.fc1"]
+    # its experts see etp 2 x ep 2 x (12, 7) = (48, 28) tokens: one GEMM each (no grouped GEMM)
+    assert [i.shapes[0][0] for i in fc1] == [48, 28]
+
+
+def test_imbalance_caps_at_one_over_topk():
+    # imbalance 3 on 4 experts, top 2: 3/4 exceeds the cap 1/2, so expert 0 takes half, the rest 1/6 each
+    assert expert_shares(4, 2, 0.0, 3.0) == pytest.approx([0.5, 1 / 6, 1 / 6, 1 / 6])
+
+
+def test_imbalance_with_skew_keeps_the_zipf_shape_of_the_rest():
+    # skew 1: the other 3 experts keep their Zipf weights 1/2 : 1/3 : 1/4 (of 13/12) -> 6/13, 4/13, 3/13 of
+    # the 1 - 0.375 the hot expert leaves
+    got = expert_shares(4, 2, 1.0, 1.5)
+    assert got == pytest.approx([0.375, 0.625 * 6 / 13, 0.625 * 4 / 13, 0.625 * 3 / 13])
+
+
+def test_router_items_follow_megatron():
+    items = workload(moe_aux_loss_coeff=0.01, moe_z_loss_coeff=0.001, moe_router_dtype="fp32", computation_enable=True)
+    router = [i for i in items if i.stage.startswith("forward.MoERouter") and (i.meta or {}).get("layer") == 0]
+    # the gating GEMM (logits in fp32), the route item (score, top-k, aux loss, z-loss), and the aux loss's
+    # per-expert counts all-reduced over TP: 4 experts x 8 bytes (int64)
+    assert [(i.comm_type.value, (i.meta or {}).get("op")) for i in router] == [
+        ("computation", "gemm"), ("computation", "moe_route"), ("all_reduce", "comm")]
+    assert router[2].msg_size == 32
+    route_meta = router[1].meta
+    assert (route_meta["aux"], route_meta["z_loss"], route_meta["probs_bytes"]) == ("aux_loss", True, 4)
+    # no coefficient, no loss and no all-reduce (Megatron's default --moe_aux_loss_coeff 0)
+    assert not [i for i in workload() if i.stage.startswith("forward.MoERouter") and not i.is_computation]
+
+
+# ---- the permutations' kernels ------------------------------------------------------------------------
+
+def _item(op, shapes, phase="forward", **meta):
+    return WorkItem(CommType.computation, stage=f"{phase}.x", shapes=shapes, meta={"op": op, **meta})
+
+
+def test_fused_permute_and_unpermute_bytes_and_times_by_hand():
+    p = Precision("bf16", 2)
+    T, H, R, E = 4096, 2048, 32768, 128  # Qwen3-30B-A3B: 4096 tokens, top 8 -> 32768 copies of 2048 values
+    permute = permute_kernels(_item("moe_permute", ((T, H), (R, H)), fused=True, experts=E, probs_bytes=2), p)
+    # the row-id map: 4096 x 128 x (1 + 4 + 4) = 4,718,592 B in 3 kernels; the permute reads and writes every
+    # copy 32768 x 2048 x 2 x 2 = 268,435,456 B, and its probability 32768 x 2 x 2 = 131,072 B
+    assert [(k.nbytes, k.count, k.kind) for k in permute] == [(4718592, 3, "copy"), (268566528, 1, "copy")]
+    # H100: 3.35 TB/s x 0.81 (copy) = 2.7135e12 B/s, 3 us per kernel:
+    # 4 x 3000 ns + (4,718,592 + 268,566,528) / 2.7135e12 s = 12,000 + 100,713.5 ns
+    ns = sum(k.ns(H100) for k in permute)
+    assert ns == pytest.approx(4 * 3000 + (4718592 + 268566528) / 2.7135e12 * 1e9)
+    unpermute = unpermute_kernels(_item("moe_unpermute", ((R, H), (T, H)), fused=True), p)
+    # read the copies 32768 x 4096 = 134,217,728 B, write the tokens 4096 x 4096 = 16,777,216 B (stream rate)
+    assert [(k.nbytes, k.count) for k in unpermute] == [(134217728 + 16777216, 1)]
+    assert unpermute[0].ns(H100) == pytest.approx(3000 + 150994944 / 2.7135e12 * 1e9)
+
+
+def test_eager_permute_costs_more_kernels_than_the_fused_one():
+    p = Precision("bf16", 2)
+    eager = permute_kernels(_item("moe_permute", ((4096, 2048), (32768, 2048)), fused=False, experts=128), p)
+    # transpose 1, argsort 6, row indices 2, probabilities 2, index_select 1 = 12 launches
+    assert sum(k.count for k in eager) == 12
+    # the tokens' gather alone: 32768 x (2048 x 2 x 2 + 8 index bytes) = 268,697,600 B
+    assert eager[-1].nbytes == 32768 * (2048 * 4 + 8)
+    backward = permute_kernels(_item("moe_permute", ((4096, 2048), (32768, 2048)), "backward", fused=False,
+                                     experts=128, probs_bytes=2), p)
+    # zeros and index_add_ on the tokens 4096 x 4096 x 2 = 33,554,432, the copies read 32768 x 4096 = 134,217,728
+    # and their indices 32768 x 8 = 262,144: 168,034,304 B; probabilities' gradient 4096 x 128 x 2 x 2 + 32768 x
+    # (2 + 8) = 2,424,832 B
+    assert [k.nbytes for k in backward] == [168034304, 2424832]
+
+
+# ---- grouped GEMMs of uneven experts -------------------------------------------------------------------
+
+def test_grouped_gemm_of_uneven_experts_by_hand():
+    # experts of 300, 100 and 0 tokens, n 256, k 512, bf16 on H100 (132 SMs).  Tiles over the sum of the experts:
+    # 256x128 -> 4 + 2 = 6 tiles, 128x128 -> 6 + 2 = 8, 64x64 -> 5x4 + 2x4 = 28, ... all in one wave; the
+    # cheapest is 64x64 at 0.75 of the main-loop rate: 2 x 64 x 64 x (512 + 64) / (per-SM rate x 0.75);
+    # the empty expert costs nothing
+    group = ((300, 256, 512), (100, 256, 512), (0, 256, 512))
+    shape = GemmShape(400, 256, 512)
+    per_sm = H100.tensor_flops("bf16") * H100.gemm_efficiency("bf16") / H100.sms
+    expected = GEMM_T0_NS + 2 * 64 * 64 * (512 + 64) / (per_sm * 0.75) * 1e9
+    assert grouped_gemm_ns(shape, group, H100) == pytest.approx(expected)
+
+
+def test_grouped_gemm_waves_count_the_sum_of_tiles():
+    # 10 experts of 1000 tokens, n 1024, k 4096: tiles over all experts and their waves on 132 SMs:
+    # 256x128 4 x 8 x 10 = 320 -> 3 waves, 128x256 8 x 4 x 10 = 320 -> 3, 128x128 8 x 8 x 10 = 640 -> 5,
+    # 128x64 and 64x128 1280 -> 10, 64x64 2560 -> 20; waves x tm tn / factor: 98304, 98304, 86232 (128x128),
+    # 96376, 96376, 109227: the 128x128 tiles win, 5 waves of 2 x 128 x 128 x (4096 + 64) / (per-SM rate x 0.95)
+    # (compute-bound: 84 GFLOP against 186 MB of operands)
+    group = tuple((1000, 1024, 4096) for _ in range(10))
+    per_sm = H100.tensor_flops("bf16") * H100.gemm_efficiency("bf16") / H100.sms
+    expected = GEMM_T0_NS + 5 * 2 * 128 * 128 * (4096 + 64) / (per_sm * 0.95) * 1e9
+    assert grouped_gemm_ns(GemmShape(10000, 1024, 4096), group, H100) == pytest.approx(expected)
+    # a loop of the same GEMMs pays each one's waves: 8 x 8 = 64 tiles < 132 SMs, so cuBLAS splits k (the law's
+    # split-k), and ten launches of T0; the grouped launch is not slower
+    from mocked_model.compute.kernels import gemm_ns
+
+    assert grouped_gemm_ns(GemmShape(10000, 1024, 4096), group, H100) < 10 * gemm_ns(GemmShape(1000, 1024, 4096), H100)
+
+
+def test_grouped_expert_items_carry_per_expert_counts():
+    items = workload(moe_grouped_gemm=True, computation_enable=True, moe_imbalance=1.5)
+    fc1 = [i for i in items if i.stage == "forward.MoEExperts.layers.0.mlp.experts.fc1"]
+    # one grouped item of 48 + 28 = 76 rows over 2 local experts, its counts in the meta
+    assert [(i.shapes, i.meta["tokens_per_expert"]) for i in fc1] == [(((76, 64), (2, 64, 64)), (48, 28))]
+
+
+# ---- DeepEP -------------------------------------------------------------------------------------------
+
+def test_deepep_sends_a_token_once_per_destination_rank():
+    # 128 experts on 16 ranks (8 each), top 8: a rank misses all 8 with probability
+    # prod_{i<8} (120 - i) / (128 - i); 16 x (1 - that) distinct destination ranks per token
+    miss = math.prod((120 - i) / (128 - i) for i in range(8))
+    assert miss_probability(128, 8, 1 / 16) == pytest.approx(miss)
+    r = route(4096, 128, 8, 16)
+    traffic = deepep_traffic(4096, r, 128, 8, 16)
+    assert traffic.distinct == pytest.approx(16 * (1 - miss))
+    # 4096 tokens x 6.57 ranks = 26,895 rows instead of 32,768 copies
+    assert traffic.send == round(4096 * 16 * (1 - miss))
+    items = workload(moe_token_dispatcher_type="flex", moe_enable_deepep=True, tp=1, world=4)
+    a2a = [i for i in items if i.comm_type == CommType.all_to_all and i.stage.startswith("forward")]
+    assert {i.meta["deepep"][0] for i in a2a} == {"dispatch", "combine"}
+
+
+# ---- the 1F1B all-to-all overlap ------------------------------------------------------------------------
+
+def test_overlapped_layer_pair_by_hand():
+    # forward layer (A_f, D_f, M_f, C_f, P_f) = (2, 3, 4, 3, 1), backward (pre_b, C_b, M_b, D_b, A_b) = (1, 3, 6, 3, 5)
+    # comm: C_b 1-4, D_f 4-7 (after A_f 1-3 and C_b), D_b 10-13 (after M_b 4-10), C_f 14-17 (after M_f 10-14)
+    # comp: pre_b 0-1, A_f 1-3, M_b 4-10, M_f 10-14, A_b 14-19, P_f 19-20 -> 20 instead of 13 + 18 = 31
+    assert pair_time((2, 3, 4, 3, 1), (1, 3, 6, 3, 5), 0.0, False) == pytest.approx(20)
+
+
+def test_delayed_weight_gradients_let_the_dispatch_backward_start_earlier():
+    # (1, 3, 1, 3, 1) beside (1, 3, 6, 3, 5): without delay D_b waits for all of M_b (4-10): 10-13, C_f 13-16,
+    # A_b 13-18, P_f 18-19 -> 19; with 3 of M_b's 6 being weight gradients D_b starts at 7: 7-10, M_f 10-11,
+    # C_f 11-14, A_b 11-16, P_f 16-17 -> 17
+    f, b = (1, 3, 1, 3, 1), (1, 3, 6, 3, 5)
+    assert pair_time(f, b, 0.0, False) == pytest.approx(19)
+    assert pair_time(f, b, 0.0, True, b_wgrad=3) == pytest.approx(17)
+
+
+def test_an_all_to_all_slows_the_compute_beside_it():
+    # 2 s of compute beside a 2 s all-to-all holding half the SMs: 1 s of work done by t = 2, the rest by 3
+    assert _slowed(0.0, 2.0, [(0.0, 2.0)], 0.5) == pytest.approx(3.0)
+
+
+def test_combined_1f1b_pairs_each_backward_with_the_next_forward():
+    # pp 1, 4 micro-batches: F0 B0 F1 B1 F2 B2 F3 B3 -> (F1, B0), (F2, B1), (F3, B2); F0 and B3 run alone
+    steps = pipeline_schedule(1, 0, 4, 1)
+    script = StageScript(0, steps, [None] * len(steps), [None] * len(steps), None)
+    got = [(steps[f].microbatch, steps[b].microbatch) for f, b in pairs(script)]
+    assert got == [(1, 0), (2, 1), (3, 2)]
+
+
+def test_overlap_hides_all_to_all_on_a_small_job():
+    flags = ["--model", "topo", "-g_p_s", "8", "--gpu_type", "H100", "--model_name", "qwen3_30B_A3B", "--num_layers",
+             "2", "--world_size", "8", "--expert_model_parallel_size", "8", "--seq_length", "1024", "--micro_batch",
+             "1", "--global_batch", "32", "--moe_enable", "--moe_grouped_gemm", "--json"]
+    import json
+
+    def run(*extra):
+        done = run_cli("-m", "simulator", *flags, *extra, timeout=300)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    plain, overlapped = run(), run("--overlap_moe_expert_parallel_comm")
+    # same compute (the overlap only hides all-to-alls, slowing the compute beside them), less exposed comm
+    assert overlapped["exposed_comm_s"] < plain["exposed_comm_s"]
+    assert overlapped["iteration_s"] < plain["iteration_s"]
+
+
+# ---- expert tensor parallelism --------------------------------------------------------------------------
+
+def test_expert_tensor_parallel_groups_from_the_expert_layout():
+    # world 16, tp 4, etp 2, ep 2: the expert layout puts etp fastest ([0, 1], [2, 3], ...), then ep ([0, 2],
+    # [1, 3], [4, 6], ...), expert-DP the rest: 16 / (2 x 2) = 4
+    p = ParallelConfig(world_size=16, tp=4, ep=2, etp=2)
+    assert p.group_ranks("etp_group")[:3] == [[0, 1], [2, 3], [4, 5]]
+    assert p.group_ranks("ep_group")[:3] == [[0, 2], [1, 3], [4, 6]]
+    assert p.expert_dp == 4
+    items = [i for i in workload(MOE, world=16, tp=4, ep=2, etp=2) if i.stage == "forward.MoEAlltoAllTokenDispatcher"]
+    assert {(i.comm_group.value, i.comm_group_size) for i in items if i.comm_type == CommType.all_gather} == {
+        ("ep_tp_group", 4), ("etp_group", 2)}
+
+
+def test_expert_tensor_parallel_must_divide_the_stage():
+    with pytest.raises(ConfigError, match="--expert_tensor_parallel_size 4 x --expert_model_parallel_size 4 = 16"):
+        ParallelConfig(world_size=8, tp=2, ep=4, etp=4)
+
+
+# ---- bad input -------------------------------------------------------------------------------------------
+
+def test_imbalance_below_one_is_one_line_exit_2_and_nothing_written(tmp_path):
+    out = tmp_path / "w.csv"
+    done = run_cli("-m", "workload_generator.generate_megatron_workload", "--frame", "Megatron", "--model_name",
+                   "Mixtral_8x7B", "--world_size", "16", "--expert_model_parallel_size", "8", "--moe_enable",
+                   "--num_layers", "2", "--global_batch", "16", "--moe_imbalance", "0.5", "--output", str(out))
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip().count("\n") == 0 and "--moe_imbalance" in done.stderr
+    assert not out.exists() and not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--overlap_moe_expert_parallel_comm", "--expert_model_parallel_size", "1"], "needs expert parallelism"),
+    (["--overlap_moe_expert_parallel_comm", "--moe_token_dispatcher_type", "allgather"], "alltoall or flex"),
+])
+def test_overlap_rules_are_megatrons(tmp_path, extra, needle):
+    args = ["--frame", "Megatron", "--model_name", "Mixtral_8x7B", "--world_size", "16", "--moe_enable",
+            "--num_layers", "2", "--global_batch", "16", "--output", str(tmp_path / "w.csv")]
+    if "--expert_model_parallel_size" not in extra:
+        args += ["--expert_model_parallel_size", "8"]
+    done = run_cli("-m", "workload_generator.generate_megatron_workload", *args, *extra)
+    assert done.returncode == 2 and needle in done.stderr and done.stderr.strip().count("\n") == 0
+
+
+# ---- replay ---------------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_an_ep_job_replays_over_gloo_on_four_processes(tmp_path):
+    # tiny MoE on 4 ranks: tp 2 x dp 2, ep 2 (4 experts, top 2): every all-to-all of the dispatch and the combine
+    # runs in its EP group of 2
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    args = ["--frame", "Megatron", "--model_name", "gpt_tiny", "--tensor_model_parallel_size", "2",
+            "--enable_sequence_parallel", "--seq_length", "64", "--num_layers", "2", "--global_batch", "2",
+            "--moe_enable", "--num_experts", "4", "--moe_router_topk", "2", "--expert_model_parallel_size", "2",
+            "--epoch_num", "1", "--warmup", "0"]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "4", "--master_port", str(port),
+           str(ROOT / "aicb.py"), *args]
+    import os
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", AICB_ROOT=str(ROOT))
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    logs = list((tmp_path / "results" / "comm_logs").glob("*_log.csv"))
+    assert logs
+    from utils.workload import Workload
+
+    rows = [i for i in Workload.load(logs[0]).items if i.comm_type == CommType.all_to_all]
+    # per iteration, 2 layers x (dispatch tokens + probabilities + combine) forward and backward = 12
+    assert len(rows) == 12 and {(i.comm_group.value, i.comm_group_size) for i in rows} == {("ep_group", 2)}
