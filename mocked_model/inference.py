@@ -13,6 +13,14 @@ Per layer, in execution order (SGLang's and vLLM's DeepSeek-V3 / Qwen3-MoE / Qwe
   **dispatch** all-to-all over the EP group (FP8 by default), the rank's experts as grouped GEMMs at
   their token counts, the **combine** all-to-all (bf16), Qwen3-Next's shared expert with its gate.
 
+Dense models (kind ``dense``: Llama, Qwen3 dense, GPT) have the attention and a dense MLP on every layer (GPT's
+plain ``fc1 -> GeLU -> fc2`` where ``gated_mlp`` is off); Mixtral (kind ``moe``) is laid out as Qwen3-MoE without
+QK-norm.  With ``moe_tp`` (experts split over TP ranks, SGLang's default MoE) each rank runs ``1/tp`` of every
+expert's FFN on all of its replica's tokens and the layer ends with a TP all-reduce instead of the combine.  A
+speculative decode step (``speculative_tokens`` K) runs ``1 + K`` tokens per sequence through the model, its
+attention with ``q_len = 1 + K`` and logits for every position; :func:`draft_items` are one pass of the draft
+(DeepSeek's MTP module, or a one-layer EAGLE-style head of the target's shape).
+
 Every item's meta names its ``layer`` and its SimAI ``record`` (AICB 2.1's names: ``attention_layer``,
 ``attention_gdn``, ``attention_norm``, ``dense_mlp``, ``shared_experts``, ``moe_norm``, ``moe_route``,
 ``moe_expert``); the embedding (first stage) and the final norm, LM head and sampling (last stage) have
@@ -72,6 +80,10 @@ def moe_routing(job: InferenceJob) -> MoERouting:
     m = job.model
     experts, ep, topk = m.num_experts, job.ep, m.topk
     local = experts // ep
+    if job.moe_tp:   # every rank runs every expert's slice on all of the replica's tokens: nothing is sent
+        load = job.tokens * topk
+        counts = tuple(load // experts + (1 if i < load % experts else 0) for i in range(experts))
+        return MoERouting(0.0, 0.0, counts, 1.0)
     send = job.rank_tokens * topk
     if job.routing_skew > 0:
         r = route(max(round(job.rank_tokens), 1), experts, topk, ep, job.routing_skew)
@@ -106,7 +118,8 @@ class _Builder:
         self.b = job.micro_batch
         self.tp = job.tp
         self.w = job.weight_kind
-        self.routing = moe_routing(job) if any(self.m.is_moe_layer(i) for i in range(self.m.num_layers)) else None
+        self.routing = moe_routing(job) if self.m.is_moe else None
+        self.moe_tp = job.moe_tp
         self.ep_group = CommGroup.ep_group if job.tp == 1 else CommGroup.ep_tp_group
         dispatch, combine = job.balanced_a2a_bytes()
         ratio = self.routing.ratio if self.routing else 1.0
@@ -181,8 +194,9 @@ class _Builder:
         out = [self.gemm(f"{p}.qkv_proj", t, m.hidden_size, q_width + 2 * kv * d, "Attention")]
         if m.qk_norm:
             out.append(self.mem("norm", f"{p}.qk_norm", (t, (heads + kv) * d), "Attention"))
-        out.append(self.mem("rotary", f"{p}.rotary_emb", (t, (heads + kv) * int(d * m.partial_rotary_factor)),
-                            "Attention"))
+        if m.rope:
+            out.append(self.mem("rotary", f"{p}.rotary_emb", (t, (heads + kv) * int(d * m.partial_rotary_factor)),
+                                "Attention"))
         if job.decode:
             out.append(self.mem("decode_attention", f"{p}.attn", (self.b, heads, 1, d), "Attention", batch=self.b,
                                 heads=heads, q_len=t // self.b, ctx=job.context, d_qk=d, d_v=d,
@@ -218,8 +232,13 @@ class _Builder:
 
     # ---- MLPs ---------------------------------------------------------------------------------------
 
-    def swiglu_mlp(self, p: str, rows: int, ffn: int, label: str, w_kind: str | None = None) -> list[WorkItem]:
+    def swiglu_mlp(self, p: str, rows: int, ffn: int, label: str, w_kind: str | None = None,
+                   gated: bool = True) -> list[WorkItem]:
         h = self.m.hidden_size
+        if not gated:   # GPT: fc1, GeLU, fc2
+            return [self.gemm(f"{p}.fc1", rows, h, ffn, label, w_kind),
+                    self.mem("gelu", f"{p}.act_fn", (rows, ffn), label),
+                    self.gemm(f"{p}.fc2", rows, ffn, h, label, w_kind)]
         return [self.gemm(f"{p}.gate_up_proj", rows, h, 2 * ffn, label, w_kind),
                 self.mem("swiglu", f"{p}.act_fn", (rows, 2 * ffn), label),
                 self.gemm(f"{p}.down_proj", rows, ffn, h, label, w_kind)]
@@ -231,14 +250,14 @@ class _Builder:
         active = max(r.active_experts, 1)
         busiest = max(r.expert_tokens) if total else 1
         extra = dict(tokens_per_expert=r.expert_tokens, rows_per_member=busiest)
-        h, f = m.hidden_size, m.expert_ffn
+        h, f = m.hidden_size, m.expert_ffn // (self.tp if self.moe_tp else 1)
         return [self.gemm(f"{p}.experts.w13", max(total, 1), h, 2 * f, "MoE", batch=active, **extra),
                 self.mem("swiglu", f"{p}.experts.act_fn", (max(total, 1), 2 * f), "MoE"),
                 self.gemm(f"{p}.experts.w2", max(total, 1), f, h, "MoE", batch=active, **extra)]
 
     def a2a(self, name: str, nbytes: int) -> list[WorkItem]:
         if self.job.ep == 1:
-            return []
+            return self.tp_allreduce("MoE") if self.moe_tp and name == "combine" else []
         r = self.routing
         meta = self._meta("comm", name, tokens_per_expert=r.expert_tokens, send_tokens=r.send, recv_tokens=r.recv)
         return [comm(A2A, self.ep_group, self.job.ep, nbytes, f"{self.phase}.MoE{name.capitalize()}", meta)]
@@ -261,15 +280,17 @@ class _Builder:
         if not m.is_moe_layer(layer):
             self.record = "dense_mlp"
             out.append(self.mem("add_norm", f"{p}.post_attention_layernorm", (t, h), "Norm"))
-            out += self.swiglu_mlp(f"{p}.mlp", t, m.dense_ffn // self.tp, "MLP")
+            out += self.swiglu_mlp(f"{p}.mlp", t, m.dense_ffn // self.tp, "MLP", gated=m.gated_mlp)
             out += self.tp_allreduce("MLP")
             return out
-        tr = self.tr
+        # expert parallelism: each TP rank routes its 1/tp of the tokens; experts over TP: every rank all of them
+        tr = t if self.moe_tp else self.tr
+        shared_ffn = m.shared_experts * m.shared_expert_ffn // (self.tp if self.moe_tp else 1)
         if m.kind == "deepseek":
             self.record = "shared_experts"
             out.append(self.mem("add_norm", f"{p}.post_attention_layernorm", (t, h), "Norm"))
             if m.shared_experts:
-                out += self.swiglu_mlp(f"{p}.mlp.shared_experts", tr, m.shared_experts * m.shared_expert_ffn, "MoE")
+                out += self.swiglu_mlp(f"{p}.mlp.shared_experts", tr, shared_ffn, "MoE")
         else:
             self.record = "moe_norm"
             out.append(self.mem("add_norm", f"{p}.post_attention_layernorm", (t, h), "Norm"))
@@ -280,7 +301,7 @@ class _Builder:
         self.record = "moe_expert"
         out += self.experts(f"{p}.mlp")
         if m.kind != "deepseek" and m.shared_experts:
-            out += self.swiglu_mlp(f"{p}.mlp.shared_expert", tr, m.shared_experts * m.shared_expert_ffn, "MoE")
+            out += self.swiglu_mlp(f"{p}.mlp.shared_expert", tr, shared_ffn, "MoE")
             out += [self.gemm(f"{p}.mlp.shared_expert_gate", tr, h, 1, "MoE", "bf16"),
                     self.mem("elementwise", f"{p}.mlp.shared_expert_scale", (tr, h), "MoE", passes=3)]
         out += self.a2a("combine", self.combine_bytes)
@@ -292,7 +313,7 @@ class _Builder:
         self.layer, self.record = None, None
         job, h = self.job, self.m.hidden_size
         out = [compute(f"{self.phase}.Embedding.embed_tokens", ((self.t, 1), (job.padded_vocab() // self.tp, h)), None,
-                       self._meta("embedding", "embed_tokens", positions=False, p=0.0))]
+                       self._meta("embedding", "embed_tokens", positions=not self.m.rope, p=0.0))]
         if self.tp > 1:  # vocab-parallel embedding: each rank holds vocab/tp rows; the lookups are summed
             out.append(comm(AR, CommGroup.tp_group, self.tp, job.tp_allreduce_bytes(), f"{self.phase}.Embedding",
                             self._meta("comm", "embed_tokens")))
@@ -336,4 +357,56 @@ def stage_items(job: InferenceJob, stage: int | None = None) -> list[WorkItem]:
         out += b.head()
     else:
         out.append(b.p2p(stage, send=True))
+    return out
+
+
+def layer_signature(job: InferenceJob, layer: int) -> tuple[str, bool]:
+    """What makes two layers' items alike (up to names): the attention kind and whether the MLP is MoE."""
+    return job.model.attention_kind(layer), job.model.is_moe_layer(layer)
+
+
+def stage_groups(job: InferenceJob, stage: int | None = None) -> list[tuple[int, list[WorkItem]]]:
+    """The items of one step on pipeline stage ``stage`` as ``(count, items)`` groups: each kind of layer
+    (:func:`layer_signature`) built once with the number of the stage's layers of that kind, the ends of the
+    stage (receive, embedding, head, send) once.  ``sum(count x cost(items))`` is the cost of
+    :func:`stage_items` (its items differ only in layer indices and names), built in a fraction of the time."""
+    stage = job.pp_rank if stage is None else stage
+    first, count = job.stage_layers()[stage]
+    b = _Builder(job)
+    out: list[tuple[int, list[WorkItem]]] = []
+    if stage > 0:
+        out.append((1, [b.p2p(stage, send=False)]))
+    if stage == 0:
+        out.append((1, b.embedding()))
+    groups: dict[tuple[str, bool], list[int]] = {}
+    for layer in range(first, first + count):
+        groups.setdefault(layer_signature(job, layer), [layer, 0])[1] += 1
+    for representative, n in groups.values():
+        out.append((n, b.layer_items(representative)))
+    if stage == job.pp - 1:
+        out.append((1, b.head()))
+    else:
+        out.append((1, [b.p2p(stage, send=True)]))
+    return out
+
+
+def draft_items(job: InferenceJob) -> list[WorkItem]:
+    """One pass of the speculative draft over a decode step's ``micro_batch`` sequences (one token each), on the
+    last stage.  DeepSeek's MTP module where the model has one (DeepSeek-V3 Technical Report, section 2.2: the
+    previous hidden state and the next token's embedding, each RMS-normed, concatenated and projected ``2h -> h``,
+    one transformer layer, the shared output head); otherwise an EAGLE-style head of the same shape (Li et al.
+    2024, 'EAGLE: Speculative Sampling Requires Rethinking Feature Uncertainty', section 4: one decoder layer of the
+    target's shape over the fused feature and token embedding).  A step of K speculative tokens runs K passes."""
+    from dataclasses import replace
+
+    j = replace(job, phase="decode", speculative_tokens=0, pp_rank=job.pp - 1)
+    b = _Builder(j)
+    h, t = j.model.hidden_size, j.tokens
+    out = b.embedding()
+    b.layer, b.record = None, None
+    out += [b.mem("add_norm", "mtp.enorm_hnorm", (t, 2 * h), "MTP"), b.gemm("mtp.eh_proj", t, 2 * h, h, "MTP")]
+    out += b.layer_items(j.model.num_layers - 1)
+    out += b.head()
+    for item in out:   # the draft's items, priced like the layer they copy
+        item.stage = "decode.MTP." + item.stage.split(".", 1)[1] if item.stage.startswith("decode.") else item.stage
     return out

@@ -4,7 +4,10 @@ GPU, from an inference job or a SimAI inference workload (``mode: 1``, AICB 2.1'
 
 The step runs stage after stage; within a stage every item in order, each collective blocking (the
 forward of an inference server: SGLang's and vLLM's TP all-reduce and DeepEP's dispatch and combine sit
-on the critical path; DeepSeek's two-micro-batch overlap is not modelled).  Compute times are the
+on the critical path; SGLang's two-batch overlap is priced by the serving cost model,
+:mod:`simulator.serve.cost`).  The dispatch and combine cost NCCL's all-to-all, or with ``a2a="deepep"``
+DeepEP's kernels from their published figures (:func:`deepep_a2a_s`).  With the job's ``host`` mode the step
+adds its host time (:mod:`mocked_model.inference_host`), and a speculative decode step its draft passes.  Compute times are the
 items' (the compute model's estimate for the GPU when the job has none) or the SimAI records'; each
 collective is NCCL's cost over the group's placement (:mod:`simulator.collectives`, as for training):
 rank ``r`` on GPU ``r``, a stage's ``tp x dp`` ranks consecutive, its TP groups ``tp`` consecutive ranks
@@ -94,7 +97,7 @@ class InferenceResult:
                  f"ep {lay['ep']} dp {lay['dp']}, {self.world} GPUs; {self.fabric}",
                  f"  {what:<32} {self.step_s * 1e3:12.3f} ms"]
         for key, label in (("compute", "compute"), ("TP", "TP collectives"), ("EP", "EP dispatch + combine"),
-                           ("PP", "PP sends"), ("other", "other collectives")):
+                           ("PP", "PP sends"), ("host", "host (launches, copies)"), ("other", "other collectives")):
             value = self.breakdown_s().get(key, 0.0)
             if value or key in ("compute", "TP", "EP", "PP"):
                 share = value / self.step_s * 100 if self.step_s else 0.0
@@ -132,11 +135,72 @@ class InferenceResult:
         return "\n".join(lines) + "\n"
 
 
-class _Costs:
-    """NCCL's cost of the job's collectives on a fabric (each distinct one costed once)."""
+DEEPEP_SOURCE = ("deepseek-ai/DeepEP docs/legacy.md (V1, commit dd758ca), 'Performance': H800 with ~160 GB/s NVLink "
+                 "and a CX7 400 Gb/s NIC (~50 GB/s) per GPU, 7168 hidden, top-8, FP8 dispatch and BF16 combine")
+DEEPEP_NORMAL_NVLINK = {"dispatch": 153.0 / 160.0, "combine": 158.0 / 160.0}
+"""Normal kernels, intranode EP 8: 153 / 158 GB/s NVLink bottleneck bandwidth of the ~160 GB/s the H800 reaches: the
+share of the GPU's achievable NVLink rate (nominal x the fabric's NVLink efficiency) the kernels move."""
+DEEPEP_NORMAL_RDMA_GBPS = {"dispatch": ((16, 43.0), (32, 58.0), (64, 51.0)),
+                           "combine": ((16, 43.0), (32, 57.0), (64, 50.0))}
+"""Normal kernels, internode: RDMA bottleneck bandwidth (GB/s) per EP size, over a 50 GB/s NIC (NVLink forwarding
+makes the logical figure exceed the NIC at EP 32)."""
+DEEPEP_LL_GBPS = {"dispatch": ((8, 98.0), (16, 63.0), (32, 48.0), (64, 43.0), (128, 39.0), (256, 39.0)),
+                  "combine": ((8, 127.0), (16, 74.0), (32, 53.0), (64, 46.0), (128, 39.0), (256, 40.0))}
+"""Low-latency kernels (pure RDMA, 128 tokens per rank): RDMA bandwidth (GB/s) per EP size; e.g. EP 8 dispatch
+128 x 8 x 7,392 B (FP8 with its scales) in 77 us = 98 GB/s, combine 128 x 8 x 7,168 x 2 B in 114 us = 127 GB/s."""
+DEEPEP_NIC_BPS = 50e9
+"""The CX7 400 Gb/s NIC per GPU the figures were measured with: they scale with the fabric's NIC rate per GPU."""
 
-    def __init__(self, fabric: Any, links: Any, stage_ranks: int, tp: int, ep: int) -> None:
+
+def _by_ep(table: tuple[tuple[int, float], ...], n: int) -> float:
+    """A per-EP-size figure at ``n``: the table's value, linear in log2(EP) between sizes, clamped outside."""
+    import math
+
+    if n <= table[0][0]:
+        return table[0][1]
+    for (n0, v0), (n1, v1) in zip(table, table[1:]):
+        if n <= n1:
+            w = (math.log2(n) - math.log2(n0)) / (math.log2(n1) - math.log2(n0))
+            return v0 + w * (v1 - v0)
+    return table[-1][1]
+
+
+def deepep_a2a_s(op: str, size: float, shape: Any, links: Any, low_latency: bool) -> float:
+    """Seconds of DeepEP's ``dispatch`` or ``combine`` of ``size`` bytes per rank (all top-k copies, AICB's bytes)
+    over a group of ``shape`` (:class:`simulator.collectives.GroupShape`), from :data:`DEEPEP_SOURCE`'s tables.
+
+    Low-latency kernels (decode; SGLang's ``--deepep-mode auto`` uses them for decode batches): every copy goes over
+    RDMA, ``size / (BW_LL(EP) x NIC / 50 GB/s)``.  Normal kernels (prefill): the intra-server copies over NVLink at
+    the intranode share of the achievable NVLink rate, the rest over RDMA at the internode figure, both at once:
+    ``max(intra / BW_nv, inter / BW_rdma)``.  Either is never faster than NCCL's latency terms for the same exchange
+    (the tables hold no small-size figure: they were taken at 128 and 4096 tokens per rank)."""
+    from simulator.collectives import collective_cost
+
+    if shape.n <= 1 or size <= 0:
+        return 0.0
+    floor = collective_cost("all_to_all", 1.0, shape, links).time_s
+    nic = shape.nic_Bps * links.nic_efficiency / shape.a2a_congestion
+    if low_latency:
+        bw = _by_ep(DEEPEP_LL_GBPS[op], shape.n) * 1e9 / DEEPEP_NIC_BPS * nic
+        return max(size / bw, floor)
+    k = min(shape.per_server, shape.n)
+    intra, inter = size * (k - 1) / shape.n, size * (shape.n - k) / shape.n
+    t = intra / (DEEPEP_NORMAL_NVLINK[op] * shape.nvlink_Bps * links.nvlink_efficiency) if intra else 0.0
+    if inter:
+        t = max(t, inter / (_by_ep(DEEPEP_NORMAL_RDMA_GBPS[op], shape.n) * 1e9 / DEEPEP_NIC_BPS * nic))
+    return max(t, floor)
+
+
+class CollectiveCosts:
+    """The cost of a job's collectives on a fabric (each distinct one costed once): NCCL's model
+    (:mod:`simulator.collectives`), or DeepEP's for the MoE dispatch and combine (``a2a="deepep"``; low-latency
+    kernels in decode, normal ones in prefill)."""
+
+    def __init__(self, fabric: Any, links: Any, stage_ranks: int, tp: int, ep: int, a2a: str = "nccl") -> None:
+        if a2a not in ("nccl", "deepep"):
+            raise ConfigError(f"--moe_a2a_backend {a2a!r} is not one of nccl, deepep")
         self.fabric, self.links, self.stage_ranks, self.tp, self.ep = fabric, links, stage_ranks, tp, ep
+        self.a2a = a2a
         self._cache: dict[tuple, tuple[float, str]] = {}
 
     def members(self, group: str, stage: int, size: int) -> list[int]:
@@ -153,6 +217,30 @@ class _Costs:
             hit = self._cache[key] = (cost.time_s, f"{cost.algorithm}/{cost.protocol}")
         return hit
 
+    def moe_a2a(self, op: str, nbytes: int, size: int, stage: int, decode: bool) -> tuple[float, str]:
+        """The dispatch (``op`` ``dispatch``) or combine of the EP group of ``size`` ranks."""
+        if self.a2a == "nccl":
+            return self.collective("all_to_all", "ep_group", size, nbytes, stage)
+        key = ("deepep", op, size, nbytes, stage, decode)
+        hit = self._cache.get(key)
+        if hit is None:
+            shape = self.fabric.group_shape(self.members("ep_group", stage, size))
+            hit = self._cache[key] = (deepep_a2a_s(op, nbytes, shape, self.links, decode),
+                                      "deepep/" + ("low_latency" if decode else "normal"))
+        return hit
+
+    def item(self, item: Any, stage: int, decode: bool | None = None) -> tuple[float, str]:
+        """The cost of one communication item of a step (its phase, or ``decode`` when given, decides DeepEP's
+        kernels: low-latency for a decode step, normal otherwise)."""
+        if item.comm_type in (CommType.isend, CommType.irecv):
+            return self.p2p(item.msg_size, stage) if item.comm_type is CommType.isend else (0.0, "p2p")
+        group = item.comm_group.value if item.comm_group else "none"
+        op = (item.meta or {}).get("name")
+        if item.comm_type is CommType.all_to_all and op in ("dispatch", "combine"):
+            low_latency = item.stage.startswith("decode") if decode is None else decode
+            return self.moe_a2a(op, item.msg_size, item.comm_group_size or 1, stage, low_latency)
+        return self.collective(item.comm_type.value, group, item.comm_group_size or 1, item.msg_size, stage)
+
     def p2p(self, nbytes: int, stage: int) -> tuple[float, str]:
         from simulator.collectives import p2p_cost
 
@@ -161,10 +249,18 @@ class _Costs:
         return cost.time_s, "p2p"
 
 
-def _fabric(topology: Any, options: TopoOptions, world: int):
+_Costs = CollectiveCosts   # the name notebooks and older callers use
+
+
+def fabric_for(topology: Any, options: TopoOptions, world: int, fabrics: dict | None = None):
+    """``(fabric, link model, notes)`` of ``world`` ranks on ``topology`` (a path, a :class:`topo.Topology`, or
+    None for the fabric the options derive); ``fabrics`` a cache kept across calls."""
     from simulator.topo_model import build_fabric
 
-    return build_fabric(topology, options, world)
+    return build_fabric(topology, options, world, fabrics)
+
+
+_fabric = fabric_for
 
 
 def _stage_from_items(items: list, stage: int, costs: _Costs) -> tuple[dict[str, float], list[Row]]:
@@ -185,7 +281,7 @@ def _stage_from_items(items: list, stage: int, costs: _Costs) -> tuple[dict[str,
                 row.compute_s += (item.time_ns or 0.0) * 1e-9
                 continue
             group = item.comm_group.value if item.comm_group else "none"
-            seconds, how = costs.collective(item.comm_type.value, group, item.comm_group_size or 1, item.msg_size, stage)
+            seconds, how = costs.item(item, stage)
             row.comm_s += seconds
             row.comms.append((item.comm_type.value, group, item.comm_group_size or 1, item.msg_size, seconds, how))
             totals[CATEGORY.get(group, "other")] += seconds
@@ -202,6 +298,10 @@ def _timed_stages(job: InferenceJob, options: TopoOptions, gpu: str | None) -> t
     from workload_generator.inference import fill_inference_times
 
     stages = [stage_items(job, s) for s in range(job.pp)]
+    if job.decode and job.speculative_tokens:   # the draft's passes run on the last stage, after its step
+        from mocked_model.inference import draft_items
+
+        stages[-1] = stages[-1] + [_as_draft(i) for i in draft_items(job)] * job.speculative_tokens
     notes: list[str] = []
     if options.compute_time_ns is not None:
         for items in stages:
@@ -223,9 +323,20 @@ def _timed_stages(job: InferenceJob, options: TopoOptions, gpu: str | None) -> t
     return stages, source, notes
 
 
-def simulate_job(job: InferenceJob, topology: Any = None, options: TopoOptions | None = None) -> InferenceResult:
+def _as_draft(item: Any) -> Any:
+    """A copy of a draft item filed under the record ``mtp_draft`` (its own row in the layer table)."""
+    from copy import copy
+
+    out = copy(item)
+    out.meta = {**(item.meta or {}), "record": "mtp_draft", "layer": None}
+    return out
+
+
+def simulate_job(job: InferenceJob, topology: Any = None, options: TopoOptions | None = None,
+                 a2a: str = "nccl") -> InferenceResult:
     """Simulate one step of ``job`` on ``topology`` (a path, a :class:`topo.Topology`, or None for the
-    fabric ``options`` derive)."""
+    fabric ``options`` derive); ``a2a``: ``nccl`` or ``deepep`` prices the MoE dispatch and combine."""
+    from mocked_model.inference_host import fixed_host_s, step_mode
     from mocked_model.inference_memory import check_fits
 
     options = options or TopoOptions()
@@ -233,12 +344,17 @@ def simulate_job(job: InferenceJob, topology: Any = None, options: TopoOptions |
     gpu = job.gpu_type or getattr(fabric, "gpu_type", None) or options.gpu_type
     memory = check_fits(job, gpu if _known(gpu) else None)
     stages, source, more = _timed_stages(job, options, gpu)
-    costs = _Costs(fabric, links, job.stage_ranks, job.tp, job.ep)
+    costs = CollectiveCosts(fabric, links, job.stage_ranks, job.tp, job.ep, a2a)
     stage_s, rows = [], []
     for s, items in enumerate(stages):
         totals, stage_rows = _stage_from_items(items, s, costs)
         stage_s.append(totals)
         rows += stage_rows
+    host = fixed_host_s(step_mode(job.host, job.decode, job.micro_batch), job.micro_batch)
+    if host:   # input copies, the graph's launch, the sampled tokens' copy: in series with the GPU, once per step
+        stage_s[-1]["host"] = host
+        stage_s[-1]["total"] += host
+        rows.append(Row(job.pp - 1, None, "host", host, 0.0))
     step = sum(t["total"] for t in stage_s)
     layout = dict(tp=job.tp, pp=job.pp, ep=job.ep, dp=job.dp)
     return InferenceResult(job.phase, job.name, layout, stage_s, step, job.tokens_per_step, job.world_size, rows,
@@ -251,8 +367,11 @@ def _known(gpu: str | None) -> bool:
     return known_gpu(gpu)
 
 
-def job_from_name(path: str) -> tuple[dict[str, Any] | None, InferenceJob | None, str | None]:
-    """AICB's file name's fields, and the job they describe when the model is one we know (else None and why)."""
+def job_from_name(path: str, config: str | None = None,
+                  header: Any = None) -> tuple[dict[str, Any] | None, InferenceJob | None, str | None]:
+    """AICB's file name's fields, and the job they describe when the model is one we know (else None and why).
+    The model is read from ``config`` (``--inference_config``) when given, else from the config the file's header
+    names (``model_config``, written by our generator for a model of its own config), else resolved from the name."""
     stem = os.path.splitext(os.path.basename(path))[0]
     for prefix in ("aicb_infer_", "vidur-"):
         stem = stem[len(prefix):] if stem.startswith(prefix) else stem
@@ -260,20 +379,28 @@ def job_from_name(path: str) -> tuple[dict[str, Any] | None, InferenceJob | None
     if not match:
         return None, None, None
     fields = {k: (v if k in ("model", "phase") else int(v)) for k, v in match.groupdict().items()}
+    if config is None and header is not None and header.extra.get("model_config"):
+        from urllib.parse import unquote
+
+        config = unquote(header.extra["model_config"])
+        if not os.path.isfile(config):
+            raise ConfigError(f"{path}: its header names the model config {config}, which does not exist: give "
+                              "--inference_config FILE (the JSON the workload was generated from)")
     try:
         from utils.inference_config import resolve_model
 
-        job = InferenceJob(resolve_model(fields["model"]), fields["phase"], fields["seq"], fields["bs"], fields["world"],
-                           fields["tp"], fields["pp"], fields["ep"], model_name=fields["model"])
+        job = InferenceJob(resolve_model(fields["model"], config), fields["phase"], fields["seq"], fields["bs"],
+                           fields["world"], fields["tp"], fields["pp"], fields["ep"], model_name=fields["model"])
     except ConfigError as exc:
         return fields, None, str(exc)
     return fields, job, None
 
 
 def simulate_file(path: str, topology: Any = None, options: TopoOptions | None = None,
-                  gpu: str | None = None) -> InferenceResult:
+                  gpu: str | None = None, config: str | None = None) -> InferenceResult:
     """Simulate the SimAI inference workload at ``path`` (one stage's records); ``gpu`` names the GPU of
-    the memory check when the topology and the options do not (any GPU of the compute model's table)."""
+    the memory check when the topology and the options do not (any GPU of the compute model's table);
+    ``config``: the JSON config the file was made from (default: the one its header names, else the name's)."""
     from mocked_model.inference_memory import check_fits
     from workload_generator.simai import SimAIWorkload
     from workload_generator.simai_tokens import classify
@@ -316,7 +443,7 @@ def simulate_file(path: str, topology: Any = None, options: TopoOptions | None =
     if placeholder:
         warnings.append(f"{path} carries AICB's 1 ns placeholder compute times: the step is communication only "
                         "(generate it with --gpu_type, --comp_filepath or --aiob_enable)")
-    fields, job, why = job_from_name(path)
+    fields, job, why = job_from_name(path, config, workload.header)
     memory, tokens, phase, model = None, None, None, os.path.basename(path)
     if fields is not None:
         phase, model = fields["phase"], fields["model"]
@@ -372,7 +499,7 @@ def cli_main(args: Any, prog: str, simai_only: tuple = ()) -> int:
         nvlink_bw=args.nvlink_bw, nic_busbw=args.nic_busbw, gpu_type=simai_gpu, nic_type=args.nic_type,
         nvlink_efficiency=args.nvlink_efficiency, nic_efficiency=args.nic_efficiency, latency_scale=args.latency_scale,
         peak_tflops=args.peak_tflops)
-    result = simulate_file(args.workload, args.topology, options, gpu)
+    result = simulate_file(args.workload, args.topology, options, gpu, getattr(args, "inference_config", None))
     result.warnings += [f"{flag} is SimAI's knob and is ignored by --model topo" for name, flag, default in simai_only
                         if getattr(args, name) != default]
     result.warnings += [f"{flag} is not produced for inference workloads" for flag, value in

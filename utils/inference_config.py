@@ -1,6 +1,13 @@
 """Inference model architectures: AICB 2.1's DeepSeek-671B, Qwen3-Moe-235B and Qwen3-Next-80B, read
-from AICB's JSON configs (``scripts/inference_configs/{deepseek,qwen3_moe,qwen3_next}_default.json``)
-or built from our presets.
+from AICB's JSON configs (``scripts/inference_configs/{deepseek,qwen3_moe,qwen3_next}_default.json``),
+built from any preset of :mod:`utils.presets` (GPT, LLaMA, Llama 3, Mixtral, DeepSeek V2/V3, Qwen3 MoE),
+or from the inference-only architectures below (Llama 2 and the dense Qwen3 models, from their
+``config.json``).
+
+Kinds (what decides the layer's items and SimAI records): ``deepseek`` (MLA, shared experts computed
+before routing), ``qwen3_moe`` and ``qwen3_next`` (AICB's), ``dense`` (a dense GQA/MHA transformer:
+Llama 1/2/3, Qwen3 dense, GPT; QK-norm only where the model has it, SwiGLU or a plain GeLU MLP) and
+``moe`` (a GQA mixture of experts without MLA: Mixtral).
 
 AICB's configs come in two dialects: DeepSeek's own keys (``d_q_c``, ``d_kv_c``, ``router_expert``,
 ``duped_expert``, ...) and Hugging Face ``config.json`` keys for the Qwen3 models.  A config that lacks
@@ -25,7 +32,7 @@ from utils.errors import ConfigError, FormatError
 from utils.io import read_text
 
 PHASES = ("prefill", "decode")
-KINDS = ("deepseek", "qwen3_moe", "qwen3_next")
+KINDS = ("deepseek", "qwen3_moe", "qwen3_next", "dense", "moe")
 AICB_NAMES = {"deepseek": "DeepSeek-671B", "qwen3_moe": "Qwen3-Moe-235B", "qwen3_next": "Qwen3-Next-80B"}
 """The model name AICB's script passes for each kind (and writes into its file names)."""
 SCRIPT_SIZES = {"deepseek-671B": "deepseek", "qwen3-235B": "qwen3_moe", "qwen3-next-80B": "qwen3_next"}
@@ -53,8 +60,14 @@ class InferenceModel:
     duplicates; AICB's ``duped_expert``), top-``topk``, each expert a SwiGLU MLP of ``expert_ffn``,
     and ``shared_experts`` shared experts of ``shared_expert_ffn``.
 
+    A dense model (kind ``dense``) has every layer in ``dense_layer_ids`` and no experts; ``gated_mlp``
+    False is GPT's ``fc1 -> GeLU -> fc2`` MLP (two matrices) instead of SwiGLU's three; ``rope`` False is
+    GPT's learned absolute positions (added at the embedding) instead of rotary embeddings.
+
     ``weight_dtype``: the linear layers' weights (``float8``: DeepSeek's block-scaled FP8 checkpoint;
     ``bfloat16``: Qwen3's).  Norms, the router, embeddings and the LM head stay in bf16.
+    ``mtp_layers``: DeepSeek-V3's multi-token-prediction modules (one transformer layer each, its
+    technical report section 2.2: D = 1), the draft of MTP speculative decoding.
     """
 
     name: str
@@ -90,6 +103,9 @@ class InferenceModel:
     shared_expert_ffn: int = 0
     weight_dtype: str = "bfloat16"
     tied_embeddings: bool = False
+    gated_mlp: bool = True
+    rope: bool = True
+    mtp_layers: int = 0
     source: str = ""
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
@@ -100,12 +116,21 @@ class InferenceModel:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"{self.name}: {name} must be a positive integer, got {value!r}")
-        if self.num_experts < 1 or self.expert_ffn < 1:
-            raise ConfigError(f"{self.name}: an MoE model needs experts and an expert FFN width")
-        if self.topk > self.routed_experts:
-            raise ConfigError(f"{self.name}: top-{self.topk} routing exceeds the {self.routed_experts} routed experts")
+        if self.is_moe:
+            if self.routed_experts < 1 or self.expert_ffn < 1:
+                raise ConfigError(f"{self.name}: an MoE model needs experts and an expert FFN width")
+            if self.topk > self.routed_experts:
+                raise ConfigError(f"{self.name}: top-{self.topk} routing exceeds the {self.routed_experts} routed experts")
+        elif self.dense_ffn < 1:
+            raise ConfigError(f"{self.name}: a dense model needs its FFN width (dense_ffn)")
         if self.full_attention_interval < 1:
             raise ConfigError(f"{self.name}: full_attention_interval must be at least 1")
+
+    @property
+    def is_moe(self) -> bool:
+        """Whether any layer has an MoE MLP (a dense model lists every layer in ``dense_layer_ids``)."""
+        dense = set(self.dense_layer_ids)
+        return any(i not in dense for i in range(self.num_layers))
 
     @property
     def num_experts(self) -> int:
@@ -208,9 +233,10 @@ class _Keys:
 def _deepseek(keys: _Keys, name: str, source: str) -> InferenceModel:
     hidden, layers = keys.int("hidden_size"), keys.int("num_layers")
     routed, expert_ffn = keys.int("router_expert"), keys.int("expert_dim")
+    v3 = (hidden, layers, routed, expert_ffn) == (7168, 61, 256, 2048)
     if "intermediate_size" in keys.data:
         dense_ffn = keys.int("intermediate_size")
-    elif (hidden, layers, routed, expert_ffn) == (7168, 61, 256, 2048):
+    elif v3:
         dense_ffn = DEEPSEEK_V3_DENSE_FFN   # AICB's JSON has no dense width; AICB uses expert_dim there (a defect)
     else:
         dense_ffn = expert_ffn              # what AICB uses for a config of its own
@@ -221,7 +247,8 @@ def _deepseek(keys: _Keys, name: str, source: str) -> InferenceModel:
         v_head_dim=keys.int("d_kv"), dense_layer_ids=tuple(range(keys.int("dense_layer", minimum=0))),
         dense_ffn=dense_ffn, routed_experts=routed, redundant_experts=keys.int("duped_expert", 0, minimum=0),
         topk=keys.int("moe_router_topk"), expert_ffn=expert_ffn, shared_experts=keys.int("shared_experts", minimum=0),
-        shared_expert_ffn=expert_ffn, weight_dtype="float8", source=source)
+        shared_expert_ffn=expert_ffn, weight_dtype="float8", mtp_layers=keys.int("num_nextn_predict_layers", 1 if v3 else 0,
+                                                                                 minimum=0), source=source)
 
 
 def _qwen3(keys: _Keys, name: str, source: str) -> InferenceModel:
@@ -273,7 +300,10 @@ def load_config(path: str | os.PathLike, kind: str, name: str | None = None) -> 
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise FormatError(path, f"not valid JSON: {exc.msg}", line=exc.lineno) from None
-    return model_from_dict(data, kind, name, path, source=path)
+    model = model_from_dict(data, kind, name, path, source=path)
+    if data != DEFAULT_CONFIGS[kind]:   # a model of its own: files made from it say where it came from
+        model.extra["config_path"] = os.path.abspath(path)
+    return model
 
 
 def default_model(kind: str, name: str | None = None) -> InferenceModel:
@@ -290,27 +320,69 @@ def _key(name: str) -> str:
 _ALIASES = {_key(n): kind for kind, n in AICB_NAMES.items()}
 _ALIASES.update({_key(size): kind for size, kind in SCRIPT_SIZES.items()})
 _ALIASES.update({_key(n): "qwen3_next" for n in ("qwen3_next", "qwen3_next_80B", "Qwen3-Next-80B-A3B")})
-_PRESETS = {"deepseek_v3": "deepseek", "deepseek_v2": "deepseek", "deepseek_v2_lite": "deepseek",
-            "qwen3_235B_A22B": "qwen3_moe", "qwen3_30B_A3B": "qwen3_moe"}
-"""Our presets (utils.presets) that inference can use, and their kind."""
-_DEFAULT_PRESETS = {"deepseek": "deepseek_v3", "qwen3_moe": "qwen3_235B_A22B"}
+HF_MODELS: dict[str, dict[str, Any]] = {
+    # Llama 2: Touvron et al. 2023, "Llama 2: Open Foundation and Fine-Tuned Chat Models", Table 1 and the
+    # released config.json (meta-llama/Llama-2-{7b,13b,70b}-hf): 32/40/80 layers, hidden 4096/5120/8192,
+    # 32/40/64 heads, 32/40/8 key/value heads (GQA on 70B only), intermediate 11008/13824/28672, vocab 32000
+    "llama2_7B": dict(num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=32, dense_ffn=11008, vocab_size=32000,
+                      source="Llama 2 paper, Table 1; meta-llama/Llama-2-7b-hf config.json"),
+    "llama2_13B": dict(num_layers=40, hidden_size=5120, num_heads=40, num_kv_heads=40, dense_ffn=13824,
+                       vocab_size=32000, source="Llama 2 paper, Table 1; meta-llama/Llama-2-13b-hf config.json"),
+    "llama2_70B": dict(num_layers=80, hidden_size=8192, num_heads=64, num_kv_heads=8, dense_ffn=28672,
+                       vocab_size=32000, source="Llama 2 paper, Table 1; meta-llama/Llama-2-70b-hf config.json"),
+    # Qwen3 dense: Qwen3 Technical Report (2025), Table 1, and config.json (Qwen/Qwen3-*): head_dim 128, 8
+    # key/value heads, QK-norm, vocab 151936; embeddings tied below 8B
+    "qwen3_0.6B": dict(num_layers=28, hidden_size=1024, num_heads=16, num_kv_heads=8, dense_ffn=3072,
+                       vocab_size=151936, qk_norm=True, tied_embeddings=True,
+                       source="Qwen3 Technical Report, Table 1; Qwen/Qwen3-0.6B config.json"),
+    "qwen3_4B": dict(num_layers=36, hidden_size=2560, num_heads=32, num_kv_heads=8, dense_ffn=9728, vocab_size=151936,
+                     qk_norm=True, tied_embeddings=True, source="Qwen3 Technical Report, Table 1; Qwen/Qwen3-4B config.json"),
+    "qwen3_8B": dict(num_layers=36, hidden_size=4096, num_heads=32, num_kv_heads=8, dense_ffn=12288, vocab_size=151936,
+                     qk_norm=True, source="Qwen3 Technical Report, Table 1; Qwen/Qwen3-8B config.json"),
+    "qwen3_14B": dict(num_layers=40, hidden_size=5120, num_heads=40, num_kv_heads=8, dense_ffn=17408,
+                      vocab_size=151936, qk_norm=True, source="Qwen3 Technical Report, Table 1; Qwen/Qwen3-14B config.json"),
+    "qwen3_32B": dict(num_layers=64, hidden_size=5120, num_heads=64, num_kv_heads=8, dense_ffn=25600,
+                      vocab_size=151936, qk_norm=True, source="Qwen3 Technical Report, Table 1; Qwen/Qwen3-32B config.json"),
+}
+"""Dense architectures inference serves that :mod:`utils.presets` (a training registry) lacks: kind ``dense``,
+SwiGLU, head_dim 128 (``hidden / heads`` for Llama 2)."""
+_HF_ALIASES = {"llama27b": "llama2_7B", "llama27bhf": "llama2_7B", "llama213b": "llama2_13B", "llama213bhf": "llama2_13B",
+               "llama270b": "llama2_70B", "llama270bhf": "llama2_70B", "qwen306b": "qwen3_0.6B", "qwen34b": "qwen3_4B",
+               "qwen38b": "qwen3_8B", "qwen314b": "qwen3_14B", "qwen332b": "qwen3_32B"}
+_PRESET_MLA_FP8 = frozenset({"deepseek_v3"})
+"""Presets whose released checkpoint is block-scaled FP8 (DeepSeek-V3's; V2's is bf16)."""
 
 
 def known_models() -> str:
+    from utils.presets import known_names
+
     return (f"{', '.join(AICB_NAMES.values())} (AICB's names), {', '.join(SCRIPT_SIZES)} (its script's -m), "
-            f"or the presets {', '.join(_PRESETS)}")
+            f"the presets {', '.join(known_names())}, or {', '.join(HF_MODELS)}")
+
+
+def preset_kind(preset: Any) -> str:
+    """The inference kind of a :mod:`utils.presets` model: MLA -> ``deepseek``, an MoE with QK-norm ->
+    ``qwen3_moe``, another MoE -> ``moe`` (Mixtral), else ``dense``."""
+    if preset.multi_latent_attention:
+        return "deepseek"
+    if preset.is_moe:
+        return "qwen3_moe" if preset.qk_layernorm else "moe"
+    return "dense"
 
 
 def model_kind(name: str) -> tuple[str, str | None]:
-    """``(kind, preset or None)`` for a model name.  Raises :class:`ConfigError` for an unknown name."""
+    """``(kind, preset or inference-only architecture, or None)`` for a model name.  Raises
+    :class:`ConfigError` for an unknown name."""
     from utils.presets import find_preset
 
     key = _key(name)
     if key in _ALIASES:
         return _ALIASES[key], None
+    if key in _HF_ALIASES or name in HF_MODELS:
+        return "dense", _HF_ALIASES.get(key, name)
     preset = find_preset(name)
-    if preset is not None and preset.name in _PRESETS:
-        return _PRESETS[preset.name], preset.name
+    if preset is not None:
+        return preset_kind(preset), preset.name
     # AICB's rule: the kind is the first of these found in the name
     for marker, kind in (("qwen3moe", "qwen3_moe"), ("qwen3next", "qwen3_next"), ("deepseek", "deepseek")):
         if marker in key:
@@ -318,29 +390,50 @@ def model_kind(name: str) -> tuple[str, str | None]:
     raise ConfigError(f"unknown model {name!r}; known: {known_models()}")
 
 
+def _from_hf(arch: str, name: str) -> InferenceModel:
+    fields = dict(HF_MODELS[arch])
+    layers = fields["num_layers"]
+    head_dim = fields.pop("head_dim", 128)
+    return InferenceModel(name=name, kind="dense", attention="gqa", head_dim=head_dim,
+                          dense_layer_ids=tuple(range(layers)), **fields)
+
+
 def _from_preset(preset_name: str, name: str) -> InferenceModel:
     from utils.presets import get_preset
 
     m = get_preset(preset_name)
+    kind = preset_kind(m)
+    moe = m.is_moe
     common = dict(name=name, num_layers=m.num_layers, hidden_size=m.hidden_size, num_heads=m.num_attention_heads,
-                  vocab_size=m.vocab_size, dense_layer_ids=tuple(range(m.n_dense_layers)), dense_ffn=m.ffn_hidden_size,
-                  routed_experts=m.num_experts or 1, topk=m.moe_router_topk, expert_ffn=m.moe_ffn_hidden_size or 1,
-                  shared_experts=m.n_shared_experts, shared_expert_ffn=m.moe_ffn_hidden_size or 0,
+                  vocab_size=m.vocab_size, dense_ffn=m.ffn_hidden_size, gated_mlp=m.swiglu,
+                  rope=m.position_embedding_type == "rope",
                   tied_embeddings=not m.untie_embeddings_and_output_weights, source=f"preset {m.name}: {m.source}")
+    if moe:
+        common.update(dense_layer_ids=tuple(range(m.n_dense_layers)), routed_experts=m.num_experts,
+                      topk=m.moe_router_topk, expert_ffn=m.moe_ffn_hidden_size, shared_experts=m.n_shared_experts,
+                      shared_expert_ffn=m.moe_ffn_hidden_size if m.n_shared_experts else 0)
+    else:
+        common.update(dense_layer_ids=tuple(range(m.num_layers)))
     if m.multi_latent_attention:
-        return InferenceModel(kind="deepseek", attention="mla", q_lora_rank=m.q_lora_rank, kv_lora_rank=m.kv_lora_rank,
+        return InferenceModel(kind=kind, attention="mla", q_lora_rank=m.q_lora_rank, kv_lora_rank=m.kv_lora_rank,
                               qk_rope_dim=m.qk_pos_emb_head_dim, qk_nope_dim=m.qk_head_dim, v_head_dim=m.v_head_dim,
-                              weight_dtype="float8" if m.name == "deepseek_v3" else "bfloat16", **common)
-    return InferenceModel(kind="qwen3_moe", attention="gqa", head_dim=m.kv_channels, num_kv_heads=m.query_groups,
+                              weight_dtype="float8" if m.name in _PRESET_MLA_FP8 else "bfloat16",
+                              mtp_layers=1 if m.name == "deepseek_v3" else 0, **common)
+    return InferenceModel(kind=kind, attention="gqa", head_dim=m.kv_channels, num_kv_heads=m.query_groups,
                           qk_norm=m.qk_layernorm, **common)
 
 
 def resolve_model(name: str, config: str | os.PathLike | None = None) -> InferenceModel:
     """The model called ``name``, from ``config`` (an AICB JSON file) when given, else from AICB's
-    default config of its kind or the preset it names."""
+    default config of its kind, the preset it names or an inference-only architecture (:data:`HF_MODELS`)."""
     kind, preset = model_kind(name)
     if config:
+        if kind not in CONFIG_FILES:
+            raise ConfigError(f"{name} is a {kind} model: AICB's JSON configs describe DeepSeek, Qwen3-MoE and "
+                              "Qwen3-Next models only (give the model by its preset name without a config)")
         return load_config(config, kind, name)
+    if preset in HF_MODELS:
+        return _from_hf(preset, name)
     if preset is not None:
         return _from_preset(preset, name)
     return default_model(kind, name)

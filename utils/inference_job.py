@@ -11,8 +11,25 @@ Layout (as DeepSeek's and SGLang's deployments, and AICB 2.1's formulas, assume)
 - before the dispatch each TP rank takes ``1/tp`` of its replica's tokens (AICB's ``// tp``).
 
 Tokens of one step (``tokens``): ``micro_batch`` in decode (one new token per sequence, each attending
-to a KV cache of ``seq_length``), ``seq_length x micro_batch`` in prefill (AICB 2.1 uses
-``seq_length`` alone there, ignoring the micro-batch: a defect we do not copy).
+to a KV cache of ``seq_length``; ``micro_batch x (1 + K)`` when a speculative decode step verifies ``K``
+draft tokens per sequence), ``seq_length x micro_batch`` in prefill (AICB 2.1 uses ``seq_length`` alone
+there, ignoring the micro-batch: a defect we do not copy).
+
+Experts split over TP ranks (``moe_tp``, ``--moe_tp``): SGLang's and vLLM's default MoE (SGLang without
+``--enable-ep-moe`` / an ``--ep-size``, vLLM without ``--enable-expert-parallel``): every TP rank holds
+``1/tp`` of every expert's FFN (and of the shared experts), runs the experts on all of its replica's
+tokens and sums the partial outputs with an all-reduce over TP; no dispatch or combine.  We default to
+expert parallelism (AICB's layout), so the switch names the other layout; Megatron's
+``--expert_tensor_parallel_size`` would promise expert-TP x EP combinations no serving stack runs.
+
+Precisions (``--dtype``, ``--kv_dtype``): weights ``bfloat16``, ``float8`` (block-scaled, 1 byte plus an
+fp32 scale per 128 x 128 block) or ``float4`` (NVFP4: e2m1 values with an e4m3 scale per 16, 0.5 + 1/16
+bytes per weight; Blackwell's FP4 tensor cores only); KV cache ``bfloat16`` or ``float8`` (1 byte per
+value: half the cache per token, and half what a decode step's attention reads).
+
+Host time (``host``): ``None`` leaves it out (AICB's and the SimAI files' steps); ``graphs`` replays a
+captured CUDA graph; ``eager`` launches every kernel from Python (see
+:func:`mocked_model.inference_host.host_ns`).
 """
 
 from __future__ import annotations
@@ -31,8 +48,13 @@ F_MBS = "--micro_batch"
 F_SEQ = "--seq_length"
 ROUTINGS = ("RoundRobin", "UniformRandom")
 """``--moe_routing_strategy`` values (AICB's names); ``--moe_routing_skew`` > 0 routes by a Zipf law."""
-WEIGHT_DTYPES = {"float8": 1, "fp8": 1, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2}
+WEIGHT_DTYPES: dict[str, float] = {"float4": 0.5, "fp4": 0.5, "nvfp4": 0.5, "float8": 1, "fp8": 1, "bfloat16": 2,
+                                   "bf16": 2, "float16": 2, "fp16": 2}
+"""Bytes per weight value (FP4 before its scales, FP8 before its block scales)."""
 KV_DTYPES = {"float8": 1, "fp8": 1, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2}
+HOST_MODES = ("graphs", "eager")
+NVFP4_GROUP = 16
+"""Values per e4m3 scale of NVFP4 (NVIDIA's Blackwell FP4 format; MXFP4 scales 32 values with an e8m0)."""
 
 
 def _positive(flag: str, value: object) -> None:
@@ -64,9 +86,14 @@ class InferenceJob:
     gpu_type: str | None = None
     epoch_num: int = 1
     model_name: str | None = None
+    moe_tp: bool = False
+    speculative_tokens: int = 0
+    host: str | None = None
 
     def __post_init__(self) -> None:
         m = self.model
+        if not m.is_moe and self.ep != 1:
+            object.__setattr__(self, "ep", 1)   # a dense model has no experts to spread: EP means nothing
         if self.phase not in PHASES:
             raise ConfigError(f"--phase {self.phase!r} is not one of {', '.join(PHASES)}")
         for flag, value in ((F_SEQ, self.seq_length), (F_MBS, self.micro_batch), (F_WORLD, self.world_size),
@@ -91,6 +118,23 @@ class InferenceJob:
                     raise ConfigError(f"{F_TP} {self.tp} does not divide the {heads} {what} heads of {m.name}")
         if m.dense_layer_ids and m.dense_ffn % self.tp:
             raise ConfigError(f"{F_TP} {self.tp} does not divide the dense FFN width {m.dense_ffn} of {m.name}")
+        if self.moe_tp:
+            if not m.is_moe:
+                raise ConfigError(f"--moe_tp splits experts over TP ranks, but {m.name} has no experts")
+            if self.ep != 1:
+                raise ConfigError(f"--moe_tp splits every expert over the TP ranks: give {F_EP} 1, not {self.ep}")
+            if self.dp != 1:
+                raise ConfigError(f"--moe_tp with attention data parallelism ({F_WORLD} {self.world_size} = "
+                                  f"{self.dp} x {F_TP} {self.tp} x {F_PP} {self.pp}) is not modelled: give {F_WORLD} "
+                                  f"{self.tp * self.pp}")
+            for what, width in (("expert FFN", m.expert_ffn), ("shared-expert FFN", m.shared_expert_ffn)):
+                if width % self.tp:
+                    raise ConfigError(f"--moe_tp: {F_TP} {self.tp} does not divide the {what} width {width} of {m.name}")
+        if not isinstance(self.speculative_tokens, int) or isinstance(self.speculative_tokens, bool) \
+                or self.speculative_tokens < 0:
+            raise ConfigError(f"--speculative_tokens must be a whole number >= 0, got {self.speculative_tokens!r}")
+        if self.host is not None and self.host not in HOST_MODES:
+            raise ConfigError(f"host mode {self.host!r} is not one of {', '.join(HOST_MODES)}")
         stage = self.tp * self.dp
         if stage % self.ep:
             raise ConfigError(f"{F_EP} {self.ep} does not divide the {stage} ranks of a pipeline stage ({F_WORLD} "
@@ -99,7 +143,7 @@ class InferenceJob:
             extra = f" ({m.routed_experts} routed + {m.redundant_experts} redundant)" if m.redundant_experts else ""
             raise ConfigError(f"{F_EP} {self.ep} does not divide the {m.num_experts} experts{extra} of {m.name}")
         if self.weight_dtype is not None and self.weight_dtype.lower() not in WEIGHT_DTYPES:
-            raise ConfigError(f"--dtype {self.weight_dtype!r} is not one of float8, bfloat16, float16")
+            raise ConfigError(f"--dtype {self.weight_dtype!r} is not one of float4, float8, bfloat16, float16")
         if self.kv_dtype.lower() not in KV_DTYPES:
             raise ConfigError(f"--kv_dtype {self.kv_dtype!r} is not one of bfloat16, float16, float8")
         if self.routing not in ROUTINGS:
@@ -140,7 +184,15 @@ class InferenceJob:
     def tokens(self) -> int:
         """Tokens one attention replica processes in the step: ``micro_batch`` (decode) or
         ``seq_length x micro_batch`` (prefill)."""
-        return self.micro_batch if self.decode else self.seq_length * self.micro_batch
+        return self.micro_batch * self.tokens_per_sequence if self.decode else self.seq_length * self.micro_batch
+
+    @property
+    def tokens_per_sequence(self) -> int:
+        """New tokens each sequence runs through the model in a decode step: 1, or ``1 + K`` when the step
+        verifies ``K`` speculative tokens (Leviathan et al. 2023, 'Fast Inference from Transformers via
+        Speculative Decoding', section 2.3: the target model scores the draft's ``K`` guesses and the
+        position after them in one pass)."""
+        return 1 + self.speculative_tokens
 
     @property
     def rank_tokens(self) -> float:
@@ -154,14 +206,14 @@ class InferenceJob:
         return self.seq_length
 
     @property
-    def weight_bytes(self) -> int:
-        """Bytes per weight of the linear layers."""
+    def weight_bytes(self) -> float:
+        """Bytes per weight value of the linear layers (0.5 for FP4, before the scales)."""
         return WEIGHT_DTYPES[(self.weight_dtype or self.model.weight_dtype).lower()]
 
     @property
     def weight_kind(self) -> str:
-        """``fp8`` or ``bf16``: the kind of the linear layers' GEMMs."""
-        return "fp8" if self.weight_bytes == 1 else "bf16"
+        """``fp4``, ``fp8`` or ``bf16``: the kind of the linear layers' GEMMs."""
+        return {0.5: "fp4", 1: "fp8"}.get(self.weight_bytes, "bf16")
 
     @property
     def kv_bytes(self) -> int:
@@ -205,8 +257,9 @@ class InferenceJob:
         return 2 * self.tokens * self.model.hidden_size if self.pp > 1 else 0
 
     def lm_tokens(self) -> int:
-        """Tokens whose logits the step computes: one per sequence (prefill keeps the last prompt token)."""
-        return self.micro_batch
+        """Tokens whose logits the step computes: one per sequence (prefill keeps the last prompt token), every
+        verified position of a speculative decode step."""
+        return self.micro_batch * (self.tokens_per_sequence if self.decode else 1)
 
     def padded_vocab(self) -> int:
         return ceil(self.model.vocab_size / self.tp) * self.tp

@@ -11,7 +11,8 @@ Computation times (``source``), in the README's order of preference ("Compute ti
 - ``file``: such a file (``--comp_filepath``; AICB's or ours): one time per record kind, read as AICB's
   ``extract_inference_averages`` does (sections summed by kind), split evenly over the record's operations;
 - ``model``: the compute model's estimate for ``--gpu_type`` (:mod:`mocked_model.compute`, inference
-  operations in :mod:`mocked_model.compute.ops`), weights in the job's dtype;
+  operations in :mod:`mocked_model.compute.ops`), weights in the job's dtype; with the job's ``host`` mode
+  eager, each operation is never faster than its kernels' launches (:mod:`mocked_model.inference_host`);
 - ``placeholder``: none (a SimAI file gets AICB's 1 ns per record).
 """
 
@@ -139,10 +140,15 @@ def fill_inference_times(items: Iterable[WorkItem], job: InferenceJob, source: s
         if not job.gpu_type:
             raise ConfigError("--compute_source model needs --gpu_type (one of the compute model's GPUs, e.g. H100, H200)")
         gpu = gpu_spec(job.gpu_type)
+        if job.weight_kind == "fp4" and gpu.fp4_tflops is None:
+            raise ConfigError(f"--dtype float4 needs FP4 tensor cores (NVFP4/MXFP4: Blackwell, B200 or GB200); the "
+                              f"{gpu.name} has none: give --dtype float8 or bfloat16")
         if job.weight_kind == "fp8" and gpu.fp8_tflops is None:
             raise ConfigError(f"{job.name}'s weights are FP8 ({'--dtype' if job.weight_dtype else 'the model default'}) "
                               f"but the {gpu.name} has no FP8 tensor cores: give --dtype bfloat16")
-        estimate = estimator(gpu, weight_dtype(job))
+        from mocked_model.inference_host import launch_us, step_mode
+
+        estimate = estimator(gpu, weight_dtype(job), host=launch_us(step_mode(job.host, job.decode, job.micro_batch)))
         known: dict[tuple, float | None] = {}   # the layers of a kind repeat the same operations
         for item in computations:
             meta = item.meta or {}

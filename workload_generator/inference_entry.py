@@ -33,7 +33,8 @@ def build_parser(prog: str, description: str, positional: bool = True,
     parser = CliParser(prog=prog, description=description, allow_abbrev=False)
     if positional:
         parser.add_argument("model_name", metavar="MODEL", help="DeepSeek-671B, Qwen3-Moe-235B, Qwen3-Next-80B (or a "
-                            "name containing DeepSeek, Qwen3-Moe or Qwen3-Next; or a preset such as deepseek_v3)")
+                            "name containing DeepSeek, Qwen3-Moe or Qwen3-Next), any preset (llama3_70B, mixtral_8x7B, "
+                            "deepseek_v3, ...) or llama2_7B/13B/70B, qwen3_0.6B/4B/8B/14B/32B")
         parser.add_argument("config_file", metavar="CONFIG", nargs="?", default=None,
                             help="AICB's JSON config of the model (default: AICB's default config of its kind)")
     add_flags(parser.add_argument_group("inference"), INFERENCE)
@@ -51,7 +52,9 @@ def job_from(values: dict[str, Any]) -> InferenceJob:
         ep=values["expert_model_parallel_size"], pp_rank=values["pp_rank"], weight_dtype=values["dtype"],
         kv_dtype=values["kv_dtype"], dispatch_fp8=values["dispatch_dtype"] == "fp8",
         routing=values["moe_routing_strategy"], routing_skew=values["moe_routing_skew"], seed=values["seed"],
-        gpu_type=values["gpu_type"], epoch_num=values.get("epoch_num", 1), model_name=values["model_name"])
+        gpu_type=values["gpu_type"], epoch_num=values.get("epoch_num", 1), model_name=values["model_name"],
+        moe_tp=values.get("moe_tp", False), speculative_tokens=values.get("speculative_tokens", 0),
+        host=values.get("host"))
 
 
 def parse(argv: Sequence[str] | None, prog: str, description: str) -> tuple[InferenceJob, dict[str, Any]]:

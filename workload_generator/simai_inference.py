@@ -96,10 +96,23 @@ def simai_records(items: list[WorkItem], timed: bool) -> tuple[list[SimAILayer],
     return out, layers, dropped
 
 
+MODEL_CONFIG_KEY = "model_config"
+"""Header key naming the JSON config a file's model was read from (percent-encoded path), written only when it is
+not AICB's default for the model's kind, so that ``python -m simulator -w FILE`` takes that model, not the one the
+file name's model name resolves to.  SimAI matches its own keys and ignores this one (as it ignores ``mode``)."""
+
+
 def simai_header(job: InferenceJob) -> SimAIHeader:
-    """AICB 2.1's inference header (``pp_comm``: one activation between stages, 0 with pp 1)."""
+    """AICB 2.1's inference header (``pp_comm``: one activation between stages, 0 with pp 1), plus
+    :data:`MODEL_CONFIG_KEY` for a model read from a config of its own."""
+    from urllib.parse import quote
+
+    extra = {"mode": "1"}
+    config = job.model.extra.get("config_path")
+    if config:
+        extra[MODEL_CONFIG_KEY] = quote(config)
     return SimAIHeader(tp=job.tp, ep=job.ep, pp=job.pp, vpp=1, ga=1, all_gpus=job.world_size, checkpoints=(),
-                       checkpoint_initiates=(), pp_comm=job.pp_bytes(), extra={"mode": "1"}, order=HEADER_ORDER)
+                       checkpoint_initiates=(), pp_comm=job.pp_bytes(), extra=extra, order=HEADER_ORDER)
 
 
 def simai_inference_workload(job: InferenceJob, items: list[WorkItem],

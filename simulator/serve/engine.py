@@ -1,0 +1,253 @@
+"""The discrete-event engine of a serving run: arrivals, a global router, replicas stepping independently, and
+the KV handover of a disaggregated deployment.
+
+Events sit in one heap ordered by time; at one instant, arrivals and KV handovers are taken before the steps
+that end then, and every replica with work and no step in flight starts its next step once all of the
+instant's events are in (so a request arriving when a step ends joins the next step).  A step's duration is the
+replica's :class:`~simulator.serve.step.StepCost` of its :class:`~simulator.serve.step.BatchStep`.
+
+Router (``--router``), deciding at arrival: ``round_robin``; ``least_outstanding`` (fewest requests routed to the
+replica and not finished, ties to the lowest index); ``kv_aware`` (most free KV blocks, ties by the fewest
+outstanding).  A disaggregated deployment (``--disaggregate P:D``) routes arrivals over the prefill pool and, when
+a request's prefill ends, over the decode pool with the same policy (vLLM's disaggregated proxy picks both ends of
+a request); a prefill replica sends one request's KV at a time (``StepCost.kv_transfer_s`` between the two
+replicas, its KV blocks held until the transfer ends), and the decode replica admits the request when its KV has
+arrived and its blocks are free (the KV waits in the decode replica's queue meanwhile).
+
+Pipeline parallelism (``Deployment.engines`` = pp): each replica runs ``pp`` schedulers (vLLM's virtual engines),
+each with ``1/pp`` of the KV cache; the router spreads requests over all of them.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from simulator.serve.replica import Replica, Request, SchedulerConfig
+from simulator.serve.requests import Workload
+from simulator.serve.schedulers import SCHEDULERS
+from simulator.serve.step import batch_step_class
+from utils.errors import ConfigError
+
+ROUTERS = ("round_robin", "least_outstanding", "kv_aware")
+_ARRIVE, _KV_READY, _STEP_END = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """Replicas and their scheduler: ``replicas`` in all; ``prefill_replicas`` of them a prefill pool (0: no
+    disaggregation); ``scheduler`` one of :data:`~simulator.serve.replica.SCHEDULERS`."""
+
+    replicas: int = 1
+    scheduler: str = "vllm"
+    router: str = "round_robin"
+    prefill_replicas: int = 0
+    config: SchedulerConfig = SchedulerConfig()
+    engines: int = 1
+    """Schedulers per replica: vLLM runs one virtual engine per pipeline stage (``pipeline_parallel_size``
+    schedulers, each with its share of the KV cache, their steps in flight through the stages at once)."""
+
+    def __post_init__(self) -> None:
+        if self.replicas < 1:
+            raise ConfigError(f"--replicas must be at least 1, got {self.replicas}")
+        if self.scheduler not in SCHEDULERS:
+            raise ConfigError(f"--scheduler {self.scheduler!r} is not one of {', '.join(SCHEDULERS)}")
+        if self.router not in ROUTERS:
+            raise ConfigError(f"--router {self.router!r} is not one of {', '.join(ROUTERS)}")
+        if self.engines < 1:
+            raise ConfigError(f"a replica needs at least one scheduler, got {self.engines}")
+        if self.prefill_replicas and not 0 < self.prefill_replicas < self.replicas:
+            raise ConfigError(f"--disaggregate needs prefill and decode replicas: {self.prefill_replicas} of "
+                              f"{self.replicas} for prefill")
+
+
+@dataclass
+class RunResult:
+    """What a run produced: the requests (in id order), the replicas (their step logs), the workload and the
+    deployment."""
+
+    requests: list[Request]
+    replicas: list[Replica]
+    workload: Workload
+    deployment: Deployment
+    cost: Any
+    decode_cost: Any = None
+
+
+class Router:
+    """Chooses a replica of ``pool`` for each request (see the module's docstring)."""
+
+    def __init__(self, policy: str, pool: list[Replica]) -> None:
+        self.policy = policy
+        self.pool = pool
+        self.next = 0
+
+    def choose(self) -> Replica:
+        if self.policy == "round_robin" or len(self.pool) == 1:
+            replica = self.pool[self.next % len(self.pool)]
+            self.next += 1
+            return replica
+        if self.policy == "least_outstanding":
+            return min(self.pool, key=lambda r: (r.outstanding, r.index))
+        return min(self.pool, key=lambda r: (-r.free, r.outstanding, r.index))
+
+
+def check_fits(workload: Workload, replicas: list[Replica], deployment: Deployment) -> None:
+    """Refuse a workload a replica could never serve (vLLM refuses to start when ``max_model_len`` exceeds the KV
+    cache, and refuses a prompt longer than the token budget without chunked prefill)."""
+    longest = int(np.max(workload.prompt + workload.output)) if len(workload) else 0
+    longest_at = int(np.argmax(workload.prompt + workload.output)) if len(workload) else 0
+    for replica in replicas:
+        capacity = replica.total_blocks * 16
+        what = "Orca's and static batching's reservation" if not replica.paged else "the request"
+        need = max(longest, deployment.config.max_model_len) if not replica.paged else longest
+        if need > capacity:
+            raise ConfigError(f"request {longest_at} needs {longest} tokens of KV cache ({what}: {need}), more than a "
+                              f"replica holds ({capacity} tokens = {replica.total_blocks} blocks of 16): give more GPUs "
+                              "per replica (--tensor_model_parallel_size), a smaller --kv_dtype or shorter requests")
+    if deployment.scheduler == "vllm" and replicas[0].role != "decode":
+        long_prompt = int(np.max(workload.prompt))
+        if long_prompt > deployment.config.max_batched_tokens:
+            raise ConfigError(f"a prompt of {long_prompt} tokens exceeds --max_batched_tokens "
+                              f"{deployment.config.max_batched_tokens}: vLLM refuses it without chunked prefill "
+                              "(--scheduler sarathi)")
+
+
+class _Share:
+    """A replica's cost model seen by one of its ``engines`` virtual engines: the same steps, its share of the KV
+    cache."""
+
+    def __init__(self, cost: Any, engines: int) -> None:
+        self.cost = cost
+        self.kv_capacity_tokens = int(cost.kv_capacity_tokens) // engines
+        self.kv_bytes_per_token = cost.kv_bytes_per_token
+        self.replica_gpus = cost.replica_gpus
+        self.step_s = cost.step_s
+        self.kv_transfer_s = cost.kv_transfer_s
+
+
+def _share(cost: Any, engines: int) -> Any:
+    return cost if engines == 1 else _Share(cost, engines)
+
+
+def _transfer(cost: Any) -> Callable[[int, int, int], float]:
+    """``(tokens, source replica, destination replica) -> s``: the cost model's ``kv_transfer_s`` with the replicas
+    when it takes them (placed on consecutive GPUs, the fabric decides the path), else with the tokens alone."""
+    import inspect
+
+    try:
+        params = inspect.signature(cost.kv_transfer_s).parameters
+    except (TypeError, ValueError):
+        params = {}
+    if len(params) >= 3:
+        return lambda tokens, src, dst: cost.kv_transfer_s(tokens, src, dst)
+    return lambda tokens, src, dst: cost.kv_transfer_s(tokens)
+
+
+def simulate(workload: Workload, cost: Any, deployment: Deployment, decode_cost: Any = None,
+             on_progress: Callable[[int], None] | None = None) -> RunResult:
+    """Serve ``workload`` on ``deployment``'s replicas, each priced by ``cost`` (the decode pool's by
+    ``decode_cost`` when given); returns every request with its times and every replica's step log."""
+    step_class = batch_step_class()
+    kind = SCHEDULERS[deployment.scheduler]
+    engines = deployment.engines
+    n_prefill = deployment.prefill_replicas * engines
+    replicas: list[Replica] = []
+    for i in range(deployment.replicas * engines):
+        role = "both" if not n_prefill else ("prefill" if i < n_prefill else "decode")
+        priced = decode_cost if role == "decode" and decode_cost is not None else cost
+        replica = kind(i, _share(priced, engines), deployment.config, step_class, role)
+        replica.physical = i // engines
+        replicas.append(replica)
+    check_fits(workload, replicas, deployment)
+    front = Router(deployment.router, replicas[:n_prefill] if n_prefill else replicas)
+    back = Router(deployment.router, replicas[n_prefill:]) if n_prefill else None
+    transfer = _transfer(cost)
+    n = len(workload)
+    prompt = workload.prompt.tolist()
+    output = workload.output.tolist()
+    requests: list[Request] = []
+    heap: list[tuple[float, int, int, Any]] = []
+    open_loop = workload.arrival_s is not None
+    if open_loop:
+        times = workload.arrival_s.tolist()
+        requests = [Request(i, times[i], prompt[i], output[i]) for i in range(n)]
+        # arrivals are fed in order, one pending at a time: the heap stays as small as the replicas' steps
+        heap.append((requests[0].arrival, _ARRIVE, 0, requests[0]))
+        issued = 1
+    else:
+        issued = min(workload.concurrency or 1, n)
+        requests = [Request(i, 0.0, prompt[i], output[i]) for i in range(issued)]
+        heap = [(0.0, _ARRIVE, i, req) for i, req in enumerate(requests)]
+    seq = len(heap)
+    dirty: dict[Replica, None] = {}  # insertion-ordered: replicas start in a reproducible order
+    completed = 0
+    push = heapq.heappush
+    pop = heapq.heappop
+    while heap:
+        now = heap[0][0]
+        while heap and heap[0][0] == now:
+            _, kind_of, _, obj = pop(heap)
+            if kind_of == _ARRIVE:
+                req = obj
+                if open_loop and issued < n:  # the next arrival of an open loop
+                    nxt = requests[issued]
+                    push(heap, (nxt.arrival, _ARRIVE, seq, nxt))
+                    seq += 1
+                    issued += 1
+                replica = front.choose()
+                replica.outstanding += 1
+                replica.enqueue(req)
+                dirty.setdefault(replica)
+            elif kind_of == _STEP_END:
+                replica = obj
+                finished, handover = replica.complete(now)
+                dirty.setdefault(replica)
+                for req in handover:  # the decode replica is chosen now; the KV goes to it on the sender's turn
+                    assert back is not None
+                    target = back.choose()
+                    target.outstanding += 1
+                    req.prefill_replica = replica.index
+                    req.replica = target.index
+                    start = max(now, replica.link_free)
+                    end = start + transfer(req.target, replica.physical, target.physical)
+                    replica.link_free = end
+                    push(heap, (end, _KV_READY, seq, req))
+                    seq += 1
+                if finished:
+                    completed += len(finished)
+                    if on_progress is not None:
+                        on_progress(len(finished))
+                    if not open_loop:
+                        for _ in finished:
+                            if issued < n:
+                                req = Request(issued, now, prompt[issued], output[issued])
+                                requests.append(req)
+                                issued += 1
+                                push(heap, (now, _ARRIVE, seq, req))
+                                seq += 1
+            else:  # _KV_READY: the request's KV is on the decode side
+                req = obj
+                source = replicas[req.prefill_replica]
+                source.free += req.held
+                req.held = 0
+                source.outstanding -= 1
+                dirty.setdefault(source)
+                target = replicas[req.replica]
+                target.enqueue(req)
+                dirty.setdefault(target)
+        for replica in dirty:
+            if not replica.busy and replica.has_work():
+                duration = replica.start(now)
+                if duration is not None:
+                    push(heap, (now + duration, _STEP_END, seq, replica))
+                    seq += 1
+        dirty.clear()
+    stuck = [r for r in requests if r.finish < 0]
+    if stuck:  # a bug, not a user error: every request fits a replica (check_fits)
+        raise RuntimeError(f"{len(stuck)} requests never finished (first: {stuck[0].rid}, {stuck[0].where})")
+    return RunResult(requests, replicas, workload, deployment, cost, decode_cost)
