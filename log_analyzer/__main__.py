@@ -120,6 +120,17 @@ def check_not_input(outputs: dict, inputs: dict) -> None:
     check(outputs, inputs)
 
 
+def _guard(outputs: dict[str, str | None], inputs: dict[str, str | None]) -> None:
+    """Every output checked before anything is read or written: not a folder, not a symbolic link, not
+    one of the files the inputs are read from (a log's detail file and a simulation's siblings included)."""
+    from log_analyzer.inputs import read_paths
+    from utils.io import guard_output
+
+    for flag, path in outputs.items():
+        if path:
+            guard_output(path, {name: read_paths(value) for name, value in inputs.items()}, flag)
+
+
 def _check_output(path: str, folder: bool = False) -> None:
     if folder:
         if os.path.exists(path) and not os.path.isdir(path):
@@ -133,7 +144,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     output = args.output or os.path.splitext(args.input)[0] + "_report.html"
     _check_output(output)
-    check_not_input({"-o/--output": output}, {"the input file": args.input, "--sim": args.sim})
+    _guard({"-o/--output": output}, {"the input file": args.input, "--sim": args.sim, "--topology": args.topology})
     sim = None
     if args.sim:
         from log_analyzer.inputs import load_input
@@ -178,6 +189,8 @@ def plot_files(input_path: str, sim_path: str | None, folder: str, nominal: dict
 def cmd_plot(args: argparse.Namespace) -> int:
     _check_output(args.output, folder=True)
     files = plot_files(args.input, args.sim, args.output, nominal_from(args), args.image_format, args.iteration)
+    for path in files:
+        _guard({"-o/--output": path}, {"the input file": args.input, "--sim": args.sim, "--topology": args.topology})
     for path in _write(dict(files)):
         print(f"wrote {path}")
     return 0
@@ -190,7 +203,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for path in (args.output, args.html):
         if path:
             _check_output(path)
-    check_not_input({"-o/--output": args.output, "--html": args.html}, {"the first log": args.a, "the second log": args.b})
+    _guard({"-o/--output": args.output, "--html": args.html}, {"the first log": args.a, "the second log": args.b,
+                                                               "--topology": args.topology})
     a = load_input(args.a, ("log",)).data
     b = load_input(args.b, ("log",)).data
     labels = tuple(args.labels)

@@ -64,7 +64,7 @@ def join_detail(items: pd.DataFrame, epochs: pd.DataFrame, path: str | os.PathLi
     expected = f"the replay's detail CSV ({','.join(DETAIL_COLUMNS)})"
     total = len(items) + len(epochs)
     # where each log row is: in items (k >= 0) or among the epochs (-1 - k)
-    place = np.zeros(total, dtype=np.int64)
+    place = np.zeros(total, dtype=np.int64 if total > 2**31 - 2 else np.int32)
     item_rows, epoch_rows = items["row"].to_numpy(dtype=np.int64), epochs["row"].to_numpy(dtype=np.int64)
     place[item_rows] = np.arange(len(item_rows))
     place[epoch_rows] = -1 - np.arange(len(epoch_rows))
@@ -127,35 +127,43 @@ def join_detail(items: pd.DataFrame, epochs: pd.DataFrame, path: str | os.PathLi
 
 
 class _Column:
-    """One joined column being filled: values and a missing mask, all missing at first."""
+    """One joined column being filled, all missing at first: times as float64 (NaN: missing, no mask),
+    ranks as int32 (widened to int64 the first time a value does not fit), ``item_index`` as int64,
+    ``emulated`` as bool, each integer column with a missing mask.  Filled in place and handed to pandas
+    without a copy, so a 10^6-row detail file adds its columns once (no int64 table converted afterwards)."""
 
     def __init__(self, name: str, size: int) -> None:
         import numpy as np
 
         self.name = name
-        dtype = np.float64 if name in FLOAT_COLUMNS else bool if name == "emulated" else np.int64
-        self.values = np.full(size, np.nan) if name in FLOAT_COLUMNS else np.zeros(size, dtype=dtype)
+        self.missing = None
+        if name in FLOAT_COLUMNS:
+            self.values = np.full(size, np.nan)
+            return
+        dtype = bool if name == "emulated" else np.int64 if name == "item_index" else np.int32
+        self.values = np.zeros(size, dtype=dtype)
         self.missing = np.ones(size, dtype=bool)
 
     def put(self, at: np.ndarray, parsed: Any, select: np.ndarray) -> None:
-        if self.name in FLOAT_COLUMNS:
-            values = parsed[select]
-            self.values[at] = values
-            self.missing[at] = values != values  # NaN: an empty cell
-        else:
-            self.values[at] = parsed[0][select]
-            self.missing[at] = parsed[1][select]
+        import numpy as np
+
+        if self.missing is None:
+            self.values[at] = parsed[select]  # NaN: an empty cell
+            return
+        values = parsed[0][select]
+        if self.values.dtype == np.int32 and values.size and values.max() > _INT32_MAX:
+            self.values = self.values.astype(np.int64)  # a rank beyond int32: this column is int64 from now on
+        self.values[at] = values
+        self.missing[at] = parsed[1][select]
 
     def array(self) -> Any:
-        import numpy as np
         import pandas as pd
 
-        if self.name in FLOAT_COLUMNS:
+        if self.missing is None:
             return self.values
         if self.name == "emulated":
             return pd.arrays.BooleanArray(self.values, self.missing)
-        small = self.name != "item_index" and self.values.max(initial=0) <= _INT32_MAX
-        return pd.arrays.IntegerArray(self.values.astype(np.int32) if small else self.values, self.missing)
+        return pd.arrays.IntegerArray(self.values, self.missing)
 
 
 def _parse_column(name: str, cells: Any) -> Any:

@@ -161,9 +161,11 @@ class _Builder:
         types = arrays["types"][:n]
         is_epoch = types == _EPOCH
         keep = ~is_epoch
-        iteration = np.cumsum(is_epoch) - is_epoch  # epoch_end rows close their iteration
-        row = np.arange(n, dtype=np.int64)
-        data: dict[str, Any] = {"row": row[keep], "iteration": iteration[keep]}
+        epoch_rows = np.flatnonzero(is_epoch)
+        kept_rows = np.flatnonzero(keep)
+        # a row's iteration is the number of epoch_end rows before it (epoch_end rows close their iteration);
+        # counted for the kept rows only, so no full-length temporaries sit beside the builder's columns
+        data: dict[str, Any] = {"row": kept_rows, "iteration": np.searchsorted(epoch_rows, kept_rows)}
         data["comm_type"] = pd.Categorical.from_codes(take("types"), categories=TYPES)
         data["comm_group"] = pd.Categorical.from_codes(take("groups"), categories=GROUPS)
         for name in ("comm_group_size", "msg_size", "shapes", "stage", "dst", "src", "additional"):
@@ -176,8 +178,9 @@ class _Builder:
             data[name] = take(name)
         data["count"] = pd.arrays.IntegerArray(take("count"), take("count_missing"))
         frame = pd.DataFrame(data, columns=COLUMNS, copy=False)
-        epochs = pd.DataFrame({"row": pd.array(row[is_epoch], dtype="Int64"),
-                               "iteration": pd.array(iteration[is_epoch], dtype="Int64"), "time_ms": epoch_time})
+        epochs = pd.DataFrame({"row": pd.array(epoch_rows, dtype="Int64"),
+                               "iteration": pd.array(np.arange(len(epoch_rows), dtype=np.int64), dtype="Int64"),
+                               "time_ms": epoch_time})
         self.arrays, self.size, self.capacity = {}, 0, 0
         return frame, epochs
 

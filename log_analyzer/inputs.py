@@ -46,3 +46,21 @@ def load_input(path: str | os.PathLike, want: tuple[str, ...] = ("log", "workloa
     from log_analyzer.sim_files import SimResult
 
     return Input(path, kind, SimResult.load(path))
+
+
+def read_paths(*paths: str | None) -> list[str]:
+    """The files reading each of ``paths`` reads: the file, a log's detail CSV beside it, and every result
+    file of a simulation's prefix (the outputs :func:`utils.io.guard_output` must not replace)."""
+    from log_analyzer.log import detail_path
+    from log_analyzer.sim_files import SUFFIXES, result_prefix
+
+    out: list[str] = []
+    for path in paths:
+        if not path:
+            continue
+        out.append(path)
+        out.append(detail_path(path))
+        split = result_prefix(path)
+        if split is not None:
+            out += [split[0] + suffix for suffix in SUFFIXES]
+    return out

@@ -62,10 +62,11 @@ _MARKERS = "osD^vP*Xh<>"
 
 
 def save(fig: Figure, path: str | os.PathLike, dpi: int = 110) -> str:
-    """Write the figure to ``path`` (``.png`` or ``.svg``) atomically; returns the path."""
-    from utils.io import atomic_write
+    """Write the figure to ``path`` (``.png`` or ``.svg``) atomically, refused (:func:`utils.io.guard_output`)
+    where a symbolic link or a folder is; returns the path."""
+    from utils.io import atomic_write, guard_output
 
-    path = os.fspath(path)
+    path = guard_output(path)
     fmt = os.path.splitext(path)[1].lstrip(".").lower()
     data = render(fig, fmt, dpi)
     with atomic_write(path, "wb") as handle:
@@ -486,12 +487,23 @@ def _operations(source: Any) -> tuple[pd.DataFrame, str]:
 
         source = load_input(source, ("log", "workload")).data
     if isinstance(source, Log):
+        from log_analyzer.summary import ROWS_AT_ONCE
+
         items = source.measured if len(source.measured) else source.items
         codes, names = pd.factorize(items["comm_type"])
-        frame = pd.DataFrame({"comm_type": codes, "msg_size": items["msg_size"].to_numpy(dtype=float, na_value=0.0),
-                              "time_ms": items["elapsed_ms"].to_numpy(dtype=float, na_value=np.nan) * batch_weights(items),
-                              "count": 1.0})
-        table = frame.groupby(["comm_type", "msg_size"], sort=True).sum().reset_index()
+        weights = batch_weights(items)
+        parts = []
+        for start in range(0, len(items), ROWS_AT_ONCE):  # summed a slice at a time: no full-length frame
+            part = slice(start, start + ROWS_AT_ONCE)
+            frame = pd.DataFrame({"comm_type": codes[part],
+                                  "msg_size": items["msg_size"].iloc[part].to_numpy(dtype=float, na_value=0.0),
+                                  "time_ms": items["elapsed_ms"].iloc[part].to_numpy(dtype=float, na_value=np.nan)
+                                  * weights[part], "count": 1.0})
+            parts.append(frame.groupby(["comm_type", "msg_size"], sort=True).sum(min_count=0))
+        if parts:
+            table = pd.concat(parts).groupby(level=[0, 1], sort=True).sum().reset_index()
+        else:
+            table = pd.DataFrame({"comm_type": codes, "msg_size": np.zeros(0), "time_ms": np.zeros(0), "count": np.zeros(0)})
         table["comm_type"] = [str(names[c]) for c in table["comm_type"]]
         return table, "operations in the measured iterations"
     table = workload_table(workload_frame(source))

@@ -579,10 +579,13 @@ def build_report(path: str | os.PathLike, sim: Any = None, nominal: Mapping[str,
     return page.html()
 
 
-def write_report(text: str, path: str | os.PathLike) -> str:
-    """Write the page atomically (no partial file on failure); returns the path."""
-    from utils.io import atomic_write
+def write_report(text: str, path: str | os.PathLike, inputs: Mapping[str, Any] | None = None) -> str:
+    """Write the page atomically (no partial file on failure); returns the path.  The path is checked by
+    :func:`utils.io.guard_output` first: not a symbolic link, not a folder, none of ``inputs`` (flag ->
+    path(s) read)."""
+    from utils.io import atomic_write, guard_output
 
+    guard_output(path, inputs)
     with atomic_write(path) as handle:
         handle.write(text)
     return os.fspath(path)

@@ -176,29 +176,52 @@ def _read_table(path: str, required: tuple[str, ...], what: str) -> pd.DataFrame
     missing = [c for c in required if c not in frame.columns]
     if missing:
         raise FormatError(path, f"header lacks column(s) {', '.join(missing)} (expected {what})", line=1)
-    for column in required:
-        kind = ("int" if column in ("stage", "count", "group_size") or column.endswith("_bytes") else
-                "rate" if column.endswith(("_gibps", "_gbps")) else "time" if column.endswith("_us") else None)
+    # every numeric column is parsed strictly, the optional ones too (an empty optional cell is absent):
+    # a hexadecimal or other non-number left as text broke the first sum over it with a traceback
+    for column in [*required, *(c for c in frame.columns if c not in required)]:
+        kind = _numeric_kind(str(column))
         if kind is None:
             continue
+        optional = column not in required
         converted = pd.to_numeric(frame[column], errors="coerce")
         values = converted.to_numpy(dtype=float)
         with np.errstate(invalid="ignore"):
             if kind == "rate":  # a zero time gives an infinite or undefined bandwidth
                 bad = values < 0
-            elif kind == "time":
+            elif kind in ("time", "number"):
                 bad = ~(np.isfinite(values) & (values >= 0))
             else:  # counts, stages, sizes: whole numbers that an int64 holds
                 bad = ~(np.isfinite(values) & (values >= 0) & (values <= _MAX_INT) & (values == np.floor(values)))
         bad |= converted.isna().to_numpy() & frame[column].notna().to_numpy()
-        if kind != "rate":
+        if kind != "rate" and not optional:
             bad |= frame[column].isna().to_numpy()
+        elif optional:
+            bad &= frame[column].notna().to_numpy()
         if bad.any():
             index = int(np.flatnonzero(bad)[0])
-            what = {"int": "a non-negative integer", "rate": "a non-negative bandwidth", "time": _TIMES_EXPECTED}[kind]
+            what = {"int": "a non-negative integer", "rate": "a non-negative bandwidth", "time": _TIMES_EXPECTED,
+                    "number": _TIMES_EXPECTED}[kind]
             raise FormatError(path, f"expected {what}, got {frame[column].iloc[index]!r}", line=index + 2, field=column)
         frame[column] = converted
     return frame
+
+
+_INT_NAMES = frozenset({"stage", "count", "group_size", "servers", "per_server", "records", "layer_index"})
+_NUMBER_NAMES = frozenset({"congestion", "flops"})
+
+
+def _numeric_kind(column: str) -> str | None:
+    """How a result column is parsed: ``int`` (counts, stages, sizes), ``rate`` (bandwidths, -nan / inf
+    allowed), ``time`` (microseconds), ``number`` (other non-negative amounts), or None (text)."""
+    if column in _INT_NAMES or column.endswith("_bytes"):
+        return "int"
+    if column.endswith(("_gibps", "_gbps")):
+        return "rate"
+    if column.endswith("_us"):
+        return "time"
+    if column in _NUMBER_NAMES or column.endswith(("_gib", "_pct", "_ms", "_share")):
+        return "number"
+    return None
 
 
 _SIMAI_LAYER_REQUIRED = ("layer_name", "fwd_compute_us", "ig_compute_us", "wg_compute_us", "fwd_comm_us", "ig_comm_us",

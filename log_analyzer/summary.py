@@ -256,12 +256,41 @@ def batch_weights(items: pd.DataFrame) -> np.ndarray:
 
 def logged_time(items: pd.DataFrame) -> pd.DataFrame:
     """Per iteration, the logged communication and computation time in ms with each p2p batch counted
-    once (:func:`batch_weights`): ``iteration``, ``comm_ms``, ``compute_ms``."""
+    once (:func:`batch_weights`): ``iteration``, ``comm_ms``, ``compute_ms``.  Summed :data:`ROWS_AT_ONCE`
+    rows at a time (a 10^6-row log makes no full-length temporaries beside its table)."""
+    iteration = items["iteration"].to_numpy()
+    if not len(iteration):
+        return pd.DataFrame({"iteration": iteration.astype(np.int64), "comm_ms": np.zeros(0), "compute_ms": np.zeros(0)})
+    if iteration.min() < 0:  # a table put together by hand: pandas' grouping
+        return _logged_time_grouped(items)
+    k = int(iteration.max()) + 1
+    weights = batch_weights(items)
+    is_comp = (items["comm_type"] == "computation").to_numpy()
+    elapsed = items["elapsed_ms"]
+    comm, compute, present = np.zeros(k), np.zeros(k), np.zeros(k, dtype=bool)
+    for start in range(0, len(iteration), ROWS_AT_ONCE):
+        part = slice(start, start + ROWS_AT_ONCE)
+        it = iteration[part]
+        own = elapsed.iloc[part].fillna(0.0).to_numpy(dtype=float) * weights[part]
+        comp = is_comp[part]
+        comm += np.bincount(it, weights=np.where(comp, 0.0, own), minlength=k)
+        compute += np.bincount(it, weights=np.where(comp, own, 0.0), minlength=k)
+        present[it] = True
+    at = np.flatnonzero(present)
+    return pd.DataFrame({"iteration": at.astype(iteration.dtype), "comm_ms": comm[at], "compute_ms": compute[at]})
+
+
+def _logged_time_grouped(items: pd.DataFrame) -> pd.DataFrame:
     is_comp = (items["comm_type"] == "computation").to_numpy()
     own = items["elapsed_ms"].fillna(0.0).to_numpy(dtype=float) * batch_weights(items)
     frame = pd.DataFrame({"iteration": items["iteration"].to_numpy(), "comm_ms": np.where(is_comp, 0.0, own),
                           "compute_ms": np.where(is_comp, own, 0.0)})
     return frame.groupby("iteration", sort=True).sum().reset_index()
+
+
+ROWS_AT_ONCE = 1 << 17
+"""Rows the per-row sums (:func:`logged_time`, :func:`time_share`) take at a time: their temporaries are a
+few MB whatever the log's length."""
 
 
 def _share_key(items: pd.DataFrame, by: str) -> tuple[np.ndarray, list[str]]:
@@ -278,18 +307,31 @@ def time_share(items: pd.DataFrame, by: str = "comm_type") -> pd.DataFrame:
     """Logged time per ``comm_type`` or ``comm_group`` (computation rows as ``computation``): ``count``,
     ``bytes`` (message bytes; NaN for computation), ``time_ms`` (sum of the rows' times, a p2p batch's
     time shared evenly by its rows: :func:`batch_weights`) and ``share_pct`` of the logged total;
-    most time first (ties in order of first appearance)."""
+    most time first (ties in order of first appearance).  Summed :data:`ROWS_AT_ONCE` rows at a time."""
     if by not in ("comm_type", "comm_group"):
         raise ValueError(f"by must be comm_type or comm_group, got {by!r}")
-    codes, names = _share_key(items, by)
+    column = items[by]
+    if not isinstance(column.dtype, pd.CategoricalDtype):
+        column = column.astype("category")
+    names = [str(c) for c in column.cat.categories] + ["none", "computation"]
     k = len(names)
-    sizes = items["msg_size"].to_numpy(dtype=float, na_value=0.0)
-    times = items["elapsed_ms"].to_numpy(dtype=float, na_value=np.nan) * batch_weights(items)
-    count = np.bincount(codes, minlength=k)
-    first = np.full(k, len(codes))
-    np.minimum.at(first, codes, np.arange(len(codes)))
-    table = pd.DataFrame({by: names, "count": count, "bytes": np.bincount(codes, weights=sizes, minlength=k),
-                          "time_ms": _sums(codes, times, k), "first": first})
+    codes_all = column.cat.codes.to_numpy()  # small integers, no string per row
+    is_comp = (items["comm_type"] == "computation").to_numpy()
+    weights = batch_weights(items)
+    count, size_sum, time_sum = np.zeros(k, dtype=np.int64), np.zeros(k), np.zeros(k)
+    first = np.full(k, len(items))
+    for start in range(0, len(items), ROWS_AT_ONCE):
+        part = slice(start, start + ROWS_AT_ONCE)
+        codes = codes_all[part].astype(np.int64)
+        codes[codes < 0] = k - 2
+        codes[is_comp[part]] = k - 1
+        sizes = items["msg_size"].iloc[part].to_numpy(dtype=float, na_value=0.0)
+        times = items["elapsed_ms"].iloc[part].to_numpy(dtype=float, na_value=np.nan) * weights[part]
+        count += np.bincount(codes, minlength=k)
+        size_sum += np.bincount(codes, weights=sizes, minlength=k)
+        time_sum += _sums(codes, times, k)
+        np.minimum.at(first, codes, np.arange(start, start + len(codes)))
+    table = pd.DataFrame({by: names, "count": count, "bytes": size_sum, "time_ms": time_sum, "first": first})
     table = table[table["count"] > 0]
     total = float(table["time_ms"].sum())
     table["share_pct"] = table["time_ms"] / total * 100 if total > 0 else float("nan")

@@ -85,6 +85,9 @@ def build_parser() -> CliParser:
     n.add_argument("--backend", default="auto", choices=("auto", "nccl", "gloo"), help="default nccl with CUDA, else gloo")
     n.add_argument("--emulate", default="", help="operations to run on the replay's gloo emulations (comma-separated)")
     n.add_argument("--timeout", type=positive_number, default=300.0, help="seconds any rank may wait (default 300)")
+    n.add_argument("--allow_name_mismatch", "--allow-name-mismatch", action="store_true",
+                   help="store the sweep under --network_device even though it names a GPU and the run measures "
+                        "CPUs (gloo), or another GPU")
 
     c = sub.add_parser("compute", help="time every distinct computation of a job (or a GEMM grid) on this device")
     c.add_argument("-o", "--output", required=True, metavar="DIR", help="the database (created if absent)")
@@ -96,7 +99,10 @@ def build_parser() -> CliParser:
     c.add_argument("--gemm_k", "--gemm-k", metavar="K,K", help="inner dimension")
     c.add_argument("--samples", type=positive_int, default=5, help="samples per operation (default 5)")
     c.add_argument("--warmup", type=int, default=None, help="warm-up calls (default AIOB's: 5 on a GPU, 1 on a CPU)")
-    c.add_argument("--device", metavar="DEV", help="cuda, cuda:1 or cpu (default: the GPU when there is one)")
+    c.add_argument("--device", type=device, metavar="DEV", help="cuda, cuda:N or cpu (default: the GPU when there is "
+                   "one)")
+    c.add_argument("--allow_name_mismatch", "--allow-name-mismatch", action="store_true",
+                   help="store the times under --sku even though it names another device than the one measured")
     c.set_defaults(job_flags=frozenset(add_job_flags(c, JOB_GROUPS, JOB_SKIP)))
 
     t = sub.add_parser("nccl-tests", help="convert nccl-tests' text output into network profile rows")
@@ -116,6 +122,8 @@ def build_parser() -> CliParser:
                    help="nominal NVLink GB/s per GPU per direction (overrides --gpu_type's)")
     k.add_argument("--nic_gbps", "--nic-gbps", type=positive_number, metavar="GBPS",
                    help="nominal NIC GB/s per GPU (default 50: a 400 Gb/s NIC per GPU)")
+    k.add_argument("--topology", "-t", metavar="FILE", help="take the nominal NVLink and NIC rates from the topology "
+                   "the simulation will run on (its per-GPU rates), so that the efficiencies printed apply to it")
     k.add_argument("--json", metavar="FILE", help="also write the fit as JSON")
 
     y = sub.add_parser("simai-busbw", help="write SimAI-analytical's busbw.yaml for a layout from a network profile")
@@ -126,6 +134,12 @@ def build_parser() -> CliParser:
     y.add_argument("--pp", type=positive_int)
     y.add_argument("--gpus_per_node", "--gpus-per-node", "-g_p_s", type=positive_int, default=8, help="default 8")
     y.add_argument("--size", type=size, default=256 << 20, help="message size the busbw is read at (default 256M)")
+    y.add_argument("--gpu_type", "--gpu-type", metavar="GPU", help="nominal NVLink rate (the GPU table's) for a group "
+                   "the profile has no intra-node points for")
+    y.add_argument("--nvlink_gbps", "--nvlink-gbps", type=positive_number, metavar="GBPS",
+                   help="nominal NVLink GB/s per GPU per direction for what the profile did not measure")
+    y.add_argument("--nic_gbps", "--nic-gbps", type=positive_number, metavar="GBPS", help="nominal NIC GB/s per GPU "
+                   "for a group the profile has no inter-node points for (default 50: a 400 Gb/s NIC per GPU)")
     y.add_argument("-o", "--output", required=True, metavar="FILE")
 
     a = sub.add_parser("aiob", help="write an AIOB compute file for a job from a compute profile")
@@ -171,12 +185,13 @@ def _job(args: argparse.Namespace) -> Any:
 
 
 def _device(root: str, device: str | None) -> str:
+    from profiling.guards import db_name
     from simulator import profile_db
 
     if not os.path.isdir(root):
         raise ConfigError(f"--profile {root}: no such folder (a profiling database: python -m profiling)")
     if device is not None:
-        return device
+        return db_name(device, "--network_device", os.path.join(root, "network"))
     devices = profile_db.network_devices(root)
     if len(devices) != 1:
         raise ConfigError(f"--profile {root} holds {len(devices)} network devices ({', '.join(devices) or 'none'}): "
@@ -186,6 +201,7 @@ def _device(root: str, device: str | None) -> str:
 
 def cmd_compute(args: argparse.Namespace) -> int:
     from profiling import compute
+    from profiling.guards import check_cuda, check_device_name, database_lock, db_name, gpu_of_device, guard_files
     from simulator import profile_db
 
     grid = [args.gemm_m, args.gemm_n, args.gemm_k]
@@ -205,16 +221,29 @@ def cmd_compute(args: argparse.Namespace) -> int:
         items = compute.job_items(job)
         folder = args.model_folder or job.model.name
         dtype = job.training.dtype
+    root = args.output
+    folder = db_name(folder, "--model_folder" if args.model_folder or all(grid) else "--model_name",
+                     os.path.join(root, "compute", "<sku>"))
+    if args.sku is not None:
+        db_name(args.sku, "--sku", os.path.join(root, "compute"))
     try:
-        import torch  # noqa: F401
+        import torch
     except ImportError as exc:
         raise ConfigError(f"profiling compute needs torch (pip install '.[torch]'): {exc}") from None
+    check_cuda(args.device)
+    measured_on = torch.device(args.device) if args.device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     sku = args.sku or compute.default_sku(args.device)
-    print(f"{PROG} compute: {len(items)} computation items -> compute/{sku}/{folder} in {args.output}", flush=True)
+    check_device_name(sku, "--sku", gpu_of_device(measured_on), args.allow_name_mismatch, "compute profile")
+    target = profile_db.compute_dir(root, sku, folder)
+    outputs = [os.path.join(target, name) for name in ("mlp.csv", "attention.csv", profile_db.META_FILE)]
+    guard_files(outputs)  # before minutes of timing: a path that would be refused is refused now
+    print(f"{PROG} compute: {len(items)} computation items -> compute/{sku}/{folder} in {root}", flush=True)
     mlp, attention, dtype_name, labels = compute.measure(items, job, dtype, args.device, args.samples, args.warmup)
-    paths = profile_db.write_compute(args.output, sku, folder, mlp, attention)
     labels.update(sku=sku, model=folder, job_dtype=dtype)
-    paths.append(profile_db.write_meta(profile_db.compute_dir(args.output, sku, folder), labels))
+    with database_lock(root, f"{PROG} compute"):
+        guard_files(outputs)
+        paths = profile_db.write_compute(root, sku, folder, mlp, attention)
+        paths.append(profile_db.write_meta(target, labels))
     print(f"wrote {len(mlp)} mlp and {len(attention)} attention rows ({dtype_name}): {', '.join(paths)}")
     if labels.get("not_measured"):
         print(f"note: not measured: {labels['not_measured']}")
@@ -222,24 +251,35 @@ def cmd_compute(args: argparse.Namespace) -> int:
 
 
 def cmd_nccl_tests(args: argparse.Namespace) -> int:
+    from profiling.guards import database_lock, db_name, guard_files
     from profiling.nccl_tests import parse
     from simulator import profile_db
     from utils.io import read_text
 
+    device = db_name(args.network_device, "--network_device", os.path.join(args.output, "network"))
+    folder = profile_db.network_dir(args.output, device)
+    inputs = {"FILE": args.files}
     runs = [parse(read_text(path, "nccl-tests output"), path, args.kind, args.ranks, args.ranks_per_node, args.in_place)
             for path in args.files]
     by_kind: dict[str, list[dict]] = {}
     for run in runs:
         by_kind.setdefault(run.kind, []).extend(run.rows)
-    written = []
     for kind, rows in by_kind.items():
         keys = [(r["ranks"], r["ranks_per_node"], r["size_bytes"]) for r in rows]
         if len(set(keys)) != len(keys):
             raise ConfigError(f"two of {', '.join(args.files)} measure the same {kind} point (ranks, ranks per node, size)")
-        written.append(profile_db.write_network(args.output, args.network_device, kind, rows))
-    folder = profile_db.network_dir(args.output, args.network_device)
-    written.append(profile_db.write_meta(folder, {"network_device": args.network_device,
-                                                  "converted_from": [os.path.basename(f) for f in args.files]}))
+    outputs = [os.path.join(folder, profile_db.NETWORK_FILES[kind]) for kind in by_kind]
+    outputs.append(os.path.join(folder, profile_db.META_FILE))
+    guard_files(outputs, inputs)
+    for run in runs:
+        for note in run.notes:
+            print(f"{PROG} nccl-tests: note: {note}", file=sys.stderr)
+    with database_lock(args.output, f"{PROG} nccl-tests"):  # the read-merge-write of each file, one writer at a time
+        guard_files(outputs, inputs)
+        written = [profile_db.write_network(args.output, device, kind, rows) for kind, rows in by_kind.items()]
+        meta = profile_db.read_meta(folder)
+        converted = list(dict.fromkeys([*meta.get("converted_from", []), *(os.path.basename(f) for f in args.files)]))
+        written.append(profile_db.write_meta(folder, {"network_device": device, "converted_from": converted}))
     for run in runs:
         print(f"{run.path}: {run.kind}, {run.ranks} ranks, {run.ranks_per_node} per node, {len(run.rows)} sizes")
     print(f"wrote {', '.join(written)}")
@@ -247,18 +287,28 @@ def cmd_nccl_tests(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
+    from profiling.guards import database_files
     from profiling.report import calibration_json, calibration_text
     from simulator import profile_db
     from simulator.profile_fit import calibrate, points_of, series_fits
+    from utils.io import guard_output
 
     device = _device(args.profile, args.network_device)
+    if args.json:
+        guard_output(args.json, {"--profile": database_files(args.profile)}, "--json")
     tables = profile_db.read_network(args.profile, device)
-    nv = args.nvlink_gbps
+    nv, nic = args.nvlink_gbps, args.nic_gbps
+    if args.topology:  # the efficiencies are of the rates the topo model multiplies them with: the file's
+        from topo.topology import read_topology
+
+        topology = read_topology(args.topology)
+        nv = nv or (topology.nvlink_bytes_per_s / 1e9 if topology.nvlink_bytes_per_s > 0 else None)
+        nic = nic or (topology.nic_bytes_per_s / 1e9 if topology.nic_bytes_per_s > 0 else None)
     if nv is None and args.gpu_type:
         from mocked_model.compute import gpu_spec
 
-        nv = gpu_spec(args.gpu_type).nvlink_gbps
-    nic = args.nic_gbps or 50.0
+        nv = gpu_spec(args.gpu_type).nvlink_gbps  # NVLink per GPU per direction: H100 SXM 450 GB/s, topo.gen's default
+    nic = nic or 50.0
     cal = calibrate(points_of(tables))
     fits = series_fits(tables)
     text = calibration_text(device, tables, nv, nic, cal, fits)
@@ -277,15 +327,26 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 def cmd_simai_busbw(args: argparse.Namespace) -> int:
     from profiling.export import busbw_yaml
+    from profiling.guards import database_files
     from simulator.profiles import Profile
-    from utils.io import atomic_write
+    from utils.io import atomic_write, guard_output
 
     device = _device(args.profile, args.network_device)
+    guard_output(args.output, {"--profile": database_files(args.profile)})
     profile = Profile.load(args.profile, network_device=device)
-    text = busbw_yaml(profile, args.tp, args.dp, args.ep, args.pp, args.gpus_per_node, args.size)
+    nv = args.nvlink_gbps
+    if nv is None and args.gpu_type:
+        from mocked_model.compute import gpu_spec
+
+        nv = gpu_spec(args.gpu_type).nvlink_gbps
+    warnings: list[str] = []
+    text = busbw_yaml(profile, args.tp, args.dp, args.ep, args.pp, args.gpus_per_node, args.size,
+                      nvlink_gbps=nv, nic_gbps=args.nic_gbps or 50.0, warnings=warnings)
     with atomic_write(args.output) as handle:
         handle.write(text)
     print(text, end="")
+    for warning in warnings:
+        print(f"{PROG} simai-busbw: warning: {warning}", file=sys.stderr)
     print(f"wrote {args.output}")
     return 0
 
@@ -294,8 +355,10 @@ def cmd_aiob(args: argparse.Namespace) -> int:
     from mocked_model.aiob.layout import default_aiob_path
     from mocked_model.compute import known_gpu
     from profiling.export import profile_compute_file
+    from profiling.guards import database_files, db_name
     from simulator import profile_db
     from simulator.profiles import Profile
+    from utils.io import guard_output
 
     job = _job(args)
     gpu = job.training.gpu_type
@@ -303,9 +366,11 @@ def cmd_aiob(args: argparse.Namespace) -> int:
     if sku is None:
         raise ConfigError(f"give --compute_sku SKU (the database has: {', '.join(profile_db.skus(args.profile)) or 'none'}) "
                           "or --gpu_type")
+    db_name(sku, "--compute_sku" if args.compute_sku else "--gpu_type", os.path.join(args.profile, "compute"))
+    path = args.output or default_aiob_path(job)
+    guard_output(path, {"--profile": database_files(args.profile)}, "-o/--output" if args.output else "the output")
     profile = Profile.load(args.profile, compute_sku=sku, gpu=gpu if known_gpu(gpu) else None, dtype=job.training.dtype)
     compute_file = profile_compute_file(job, profile)
-    path = args.output or default_aiob_path(job)
     compute_file.write(path)
     print(profile.sources_text())
     print(f"wrote {path}")

@@ -15,23 +15,39 @@ measured or filled by the models; each line's comment says which) for the group 
 - PP: one send between two nodes (``send_recv``, 1 rank per node), or inside one when ``pp`` stages fit
   in a node beside TP;
 
-at one message size (``size``, default 256 MiB: SimAI applies one busbw at every size).
+at one message size (``size``, default 256 MiB: SimAI applies one busbw at every size).  A value the
+measurements do not give (a group shape the profile lacks, a size beyond its series) comes from the topo
+model fitted to the profile, a link it never measured at its nominal rate (``--nic_gbps``, default 50 GB/s
+= a 400 Gb/s NIC per GPU; ``--nvlink_gbps`` / ``--gpu_type``); each such value is said in its comment and
+in a warning line (before: a one-node profile priced the NIC at the fit's unit rate, 1 GB/s, and wrote a
+DP busbw about 50 times too low without a word).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from simulator.profiles import FROM_MEASUREMENTS, Profile
+from simulator.profiles import EXTRAPOLATED, FROM_MEASUREMENTS, Answer, Profile
+from utils.errors import ConfigError
 from utils.units import GIB, busbw_factor
 
 KEYS = (("allreduce", "all_reduce"), ("allgather", "all_gather"), ("reducescatter", "reduce_scatter"),
         ("alltoall", "all_to_all"))
 
+DEFAULT_NIC_GBPS = 50.0
+"""A 400 Gb/s NIC per GPU in GB/s (``calibrate``'s default nominal NIC rate too)."""
+
 
 def busbw_yaml(profile: Profile, tp: int, dp: int | None, ep: int | None, pp: int | None, gpus_per_node: int,
-               size: int = 256 << 20, name: str | None = None) -> str:
-    """The text of a busbw.yaml for a layout (see the module docstring)."""
+               size: int = 256 << 20, name: str | None = None, nvlink_gbps: float | None = None,
+               nic_gbps: float | None = DEFAULT_NIC_GBPS, warnings: list[str] | None = None) -> str:
+    """The text of a busbw.yaml for a layout (see the module docstring).
+
+    A group the profile has no series for is priced by the topo model fitted to the profile; a link the
+    profile never measured (the NIC of a one-node profile) then runs at its nominal rate (``nvlink_gbps``,
+    ``nic_gbps``: GB/s per GPU per direction) times the topo model's efficiency.  Every value that did not
+    come from measurements is said: its comment in the file, and one line appended to ``warnings`` naming
+    the missing points and the model (a nominal rate needed and not given is a :class:`ConfigError`)."""
     assert profile.network is not None
     per_node_dp = max(gpus_per_node // tp, 1)
     groups = {
@@ -43,6 +59,14 @@ def busbw_yaml(profile: Profile, tp: int, dp: int | None, ep: int | None, pp: in
     lines = [name or f"{device}_tp{tp}" + (f"_dp{dp}" if dp else "") + (f"_ep{ep}" if ep else ""),
              f"# written by python -m profiling simai-busbw from network profile {device} ({profile.root})",
              f"# values are busbw in GiB/s (SimAI divides bytes by 2^30) at {size} bytes; nccl-tests' GB/s = value x 1.073741824"]
+    said = warnings if warnings is not None else []
+
+    def ask(section: str, kind: str, n: int, rpn: int) -> Answer:
+        answer = _answer(profile, kind, size, n, rpn, nvlink_gbps, nic_gbps)
+        if answer.source not in FROM_MEASUREMENTS:
+            said.append(_extrapolation_note(profile, section, kind, size, n, rpn, answer, nvlink_gbps, nic_gbps))
+        return answer
+
     for section, group in groups.items():
         lines.append(f"{section}:")
         for key, kind in KEYS:
@@ -50,19 +74,64 @@ def busbw_yaml(profile: Profile, tp: int, dp: int | None, ep: int | None, pp: in
                 lines.append(f"{key},: null")
                 continue
             n, rpn = group
-            answer = profile.collective_time(kind, size, n, rpn)
+            answer = ask(section, kind, n, rpn)
             busbw = size / answer.time_s * busbw_factor(kind, n) / GIB
             lines.append(f"# {kind} over {n} ranks, {rpn} per node: {answer.source} ({answer.detail})")
             lines.append(f"{key},: {busbw:.2f}")
     lines.append("PP:")
     if pp is not None and pp > 1:
         inside = tp * pp <= gpus_per_node
-        answer = profile.collective_time("send_recv", size, 2, 2 if inside else 1)
+        answer = ask("PP", "send_recv", 2, 2 if inside else 1)
         lines.append(f"# send_recv {'inside a node' if inside else 'between two nodes'}: {answer.source} ({answer.detail})")
         lines.append(f"busbw: {size / answer.time_s / GIB:.2f}")
     else:
         lines.append("busbw: null")
     return "\n".join(lines) + "\n"
+
+
+def _answer(profile: Profile, kind: str, size: int, n: int, rpn: int, nvlink_gbps: float | None,
+            nic_gbps: float | None) -> Answer:
+    """The profile's answer for one group, on a two-tier shape at the nominal rates given (the profile's
+    fit replaces every rate it measured; only an unmeasured one keeps its nominal rate)."""
+    from simulator.profile_fit import UNIT_BPS, fit_shape
+
+    assert profile.network is not None
+    servers = max(n // max(rpn, 1), 1)
+    cal = profile.network.calibration
+    need_nv = cal.nvlink_gbps is None and (rpn > 1 or kind == "send_recv" and servers == 1)
+    need_nic = cal.nic_gbps is None and servers > 1
+    missing = [flag for flag, needed, given in (("--nvlink_gbps or --gpu_type", need_nv, nvlink_gbps),
+                                                ("--nic_gbps", need_nic, nic_gbps)) if needed and not given]
+    if missing:
+        raise ConfigError(f"network profile {profile.network.device} measured no "
+                          f"{'intra-node' if need_nv else 'inter-node'} point, which a {kind} over {n} ranks, {rpn} "
+                          f"per node needs: give the link's nominal rate ({' and '.join(missing)})")
+    shape = fit_shape(n, rpn, nvlink_Bps=(nvlink_gbps or UNIT_BPS / 1e9) * 1e9, nic_Bps=(nic_gbps or UNIT_BPS / 1e9) * 1e9)
+    return profile.network.answer(kind, size, n, rpn, shape)[0]
+
+
+def _extrapolation_note(profile: Profile, section: str, kind: str, size: int, n: int, rpn: int, answer: Answer,
+                        nvlink_gbps: float | None, nic_gbps: float | None) -> str:
+    """One line: which value is not the measurements', what the profile lacks and which model filled it."""
+    from simulator.collectives import NIC_EFFICIENCY, NVLINK_EFFICIENCY
+
+    assert profile.network is not None
+    cal = profile.network.calibration
+    servers = max(n // max(rpn, 1), 1)
+    what = f"{section} {kind} over {n} ranks, {rpn} per node, at {size} bytes"
+    if answer.source == EXTRAPOLATED:
+        return f"{what}: {answer.detail} (extrapolated from the measured series by the topo model)"
+    lacks = []
+    if kind not in profile.network.series:
+        lacks.append(f"the profile has no {kind} points")
+    if servers > 1 and cal.nic_gbps is None:
+        lacks.append(f"no inter-node point (every series has ranks_per_node = ranks): the NIC is taken at a nominal "
+                     f"{nic_gbps:g} GB/s x {NIC_EFFICIENCY:.2f} (--nic_gbps)")
+    if (rpn > 1 or servers == 1) and cal.nvlink_gbps is None:
+        lacks.append(f"no intra-node point: NVLink is taken at a nominal {nvlink_gbps:g} GB/s x {NVLINK_EFFICIENCY:.3f}")
+    lacking = "; ".join(lacks) or f"no series of {n} ranks with {rpn} per node"
+    return (f"{what}: not measured, priced by the topo model (NCCL's ring/tree costs with the links and latency "
+            f"fitted to {profile.network.device}): {lacking}")
 
 
 def profile_compute_file(job: Any, profile: Profile) -> Any:

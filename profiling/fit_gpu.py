@@ -282,11 +282,9 @@ def report(result: Fit) -> str:
 
 def run(args: Any) -> int:
     """``python -m profiling fit-gpu``: check, fit, write (atomically), print."""
-    from utils.io import OutputError, atomic_write, check_not_input
+    from utils.io import atomic_write, guard_output
 
-    if os.path.isdir(args.output):
-        raise OutputError(f"cannot write {args.output}: it is a folder (give a file name)")
-    check_not_input({"-o": args.output}, {"KERNELS.json": args.kernels})
+    guard_output(args.output, {"KERNELS.json": args.kernels}, "-o")
     base_entry(args.base)
     sweep = load_sweep(args.kernels)
     result = fit(sweep, args.base, args.name, args.kernels)

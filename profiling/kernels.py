@@ -488,13 +488,10 @@ def _short(exc: BaseException) -> str:
 def run(args: Any, argv: list[str]) -> int:
     """``python -m profiling kernels``: sweep, then write the JSON atomically (nothing written on an error)."""
     import json
-    import os
 
-    from utils.io import OutputError, atomic_write
+    from utils.io import atomic_write, guard_output
 
-    output = args.output
-    if os.path.isdir(output):
-        raise OutputError(f"cannot write {output}: it is a folder (give a file name)")
+    output = guard_output(args.output)  # a folder, a link, a name too long: refused before the sweep
     device = args.device
     if device is None:
         try:

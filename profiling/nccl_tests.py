@@ -15,13 +15,19 @@ nodes from their host names, unless ``--ranks`` / ``--ranks_per_node`` say other
 out-of-place columns (``in_place=True``: the in-place ones), as nccl-tests reports its averages.  Sizes,
 algbw and busbw keep nccl-tests' definitions, which are ours (docs/formats.md section 1); algbw and busbw
 are recomputed from size and time (nccl-tests prints two decimals).
+
+Strict: a time that is not a number (``nan``, ``inf``), not positive, a negative size, a row whose
+``#wrong`` count is not zero, or a size twice is refused with the file and line (a profile that
+silently lacks or keeps such a row misprices every size around it); size-0 rows (``-b 0``) move nothing
+and are skipped, each file's skipped lines said in :attr:`NcclTestsRun.notes`.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from simulator.profile_db import network_row
 from utils.errors import FormatError
@@ -31,6 +37,7 @@ BINARIES = {"all_reduce_perf": "all_reduce", "all_gather_perf": "all_gather", "r
 """nccl-tests' binaries -> the profile's collectives (reduce_perf, gather_perf, scatter_perf, hypercube_perf
 have no file in the profile)."""
 _STARTING = re.compile(r"Collective test starting:\s*(\S+)")
+_INTEGER = re.compile(r"^[+-]?[0-9]+$")
 _RANK = re.compile(r"^#\s*Rank\s+(\d+)\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)\s+device")
 
 
@@ -43,6 +50,8 @@ class NcclTestsRun:
     ranks: int
     ranks_per_node: int
     rows: list[dict]
+    notes: list[str] = field(default_factory=list)
+    """Rows left out, each said (size-0 rows)."""
 
 
 def kind_of(text: str, path: str, kind: str | None) -> str:
@@ -66,6 +75,7 @@ def parse(text: str, path: str, kind: str | None = None, ranks: int | None = Non
     hosts: dict[int, str] = {}
     header: list[str] | None = None
     rows = []
+    skipped: list[int] = []
     seen: set[int] = set()
     for number, line in enumerate(text.splitlines(), start=1):
         stripped = line.strip()
@@ -81,17 +91,34 @@ def parse(text: str, path: str, kind: str | None = None, ranks: int | None = Non
         if not stripped or header is None:
             continue
         cells = stripped.split()
-        if not cells[0].isdigit():
+        if not _INTEGER.match(cells[0]):
             continue  # nccl-tests' own messages between rows
         if len(cells) != len(header):
             raise FormatError(path, f"{len(cells)} columns, the header has {len(header)}", line=number)
-        column = [i for i, name in enumerate(header) if name == "time"][1 if in_place else 0]
+        pick = 1 if in_place else 0
+        column = [i for i, name in enumerate(header) if name == "time"][pick]
         try:
             size, time_us = int(cells[0]), float(cells[column])
         except ValueError:
             raise FormatError(path, f"expected a size and a time, got {cells[0]!r} and {cells[column]!r}", line=number) from None
-        if size <= 0 or time_us <= 0:
-            continue  # nccl-tests prints size-0 rows with a time of a few microseconds: nothing moved
+        wrong = [i for i, name in enumerate(header) if name == "#wrong"]
+        if len(wrong) > pick and cells[wrong[pick]].isdigit() and int(cells[wrong[pick]]) > 0:
+            raise FormatError(path, f"size {size}: nccl-tests counted {cells[wrong[pick]]} wrong elements (#wrong): "
+                                    "the collective gave wrong results, so its time is not a measurement; fix the run "
+                                    "or delete the line", line=number)
+        if size < 0:
+            raise FormatError(path, f"size {size} is negative", line=number)
+        if not math.isfinite(time_us):
+            # refused, not skipped: a profile quietly missing this size would be interpolated across a
+            # measurement that failed; the line is named so that the user re-runs it or deletes it knowingly
+            raise FormatError(path, f"size {size}: the time is {cells[column]!r}, not a number (nccl-tests did not "
+                                    "time it); re-run the test or delete the line", line=number)
+        if size == 0:
+            skipped.append(number)  # nccl-tests prints size-0 rows (-b 0): nothing moves, nothing to keep
+            continue
+        if time_us <= 0:
+            raise FormatError(path, f"size {size}: time {cells[column]} us is not positive (bytes moved in no time)",
+                              line=number)
         if size in seen:
             raise FormatError(path, f"size {size} again (one test per file)", line=number)
         seen.add(size)
@@ -117,4 +144,6 @@ def parse(text: str, path: str, kind: str | None = None, ranks: int | None = Non
         raise FormatError(path, f"sendrecv_perf over {n} ranks: the profile's send_recv.csv holds pairs (run it on 2 ranks)")
     source = f"nccl-tests {os.path.basename(path)}{' (in place)' if in_place else ''}"
     out = [network_row(kind, n, ranks_per_node, size, time_us, source=source) for size, time_us in rows]
-    return NcclTestsRun(path, kind, n, ranks_per_node, out)
+    notes = [f"{path}: line{'s' if len(skipped) > 1 else ''} {', '.join(map(str, skipped))}: size 0 skipped (nothing "
+             "moves; a profile holds sizes of at least 1 byte)"] if skipped else []
+    return NcclTestsRun(path, kind, n, ranks_per_node, out, notes)

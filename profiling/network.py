@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from profiling.guards import check_device_name, database_lock, gpu_of_device, guard_files
 from simulator import profile_db
 from utils.errors import ConfigError
 from utils.units import format_size
@@ -120,7 +121,8 @@ def run(args: Any) -> int:
                           f"{args.group_sizes}")
     if args.iters < 1 or args.warmup < 0:
         raise ConfigError("--iters must be at least 1 and --warmup at least 0")
-    if not args.network_device.replace("_", "").replace("-", "").replace(".", "").isalnum():
+    if not args.network_device.replace("_", "").replace("-", "").replace(".", "").isalnum() or \
+            set(args.network_device) == {"."}:
         raise ConfigError(f"--network_device {args.network_device!r}: use letters, digits, '_' and '-' (a folder name)")
 
     import torch
@@ -136,6 +138,14 @@ def run(args: Any) -> int:
         device = torch.device("cuda", torch.cuda.current_device())
     else:
         device = torch.device("cpu")
+    # checked on every rank before any rank joins the group: all refuse alike, nothing is measured or written
+    check_device_name(args.network_device, "--network_device", gpu_of_device(device),
+                      getattr(args, "allow_name_mismatch", False), "network profile")
+    folder = profile_db.network_dir(args.output, args.network_device)
+    outputs = [os.path.join(folder, profile_db.NETWORK_FILES[kind]) for kind in kinds]
+    outputs.append(os.path.join(folder, profile_db.META_FILE))
+    if rank == 0:
+        guard_files(outputs)
     dtype = getattr(torch, args.dtype, None)
     if not isinstance(dtype, torch.dtype):
         raise ConfigError(f"--dtype {args.dtype!r} is not a torch dtype (float32, bfloat16, float16)")
@@ -218,17 +228,18 @@ def run(args: Any) -> int:
                     print(f"  {kind:<15}{plan.n:>6}{plan.ranks_per_node:>6}{nbytes:>14}{row['time_us']:>13.2f}"
                           f"{row['algbw_gbps']:>12.4f}{row['busbw_gbps']:>12.4f}", flush=True)
         if rank == 0:
-            written = [profile_db.write_network(args.output, args.network_device, kind, rows[kind])
-                       for kind in kinds if rows[kind]]
-            folder = profile_db.network_dir(args.output, args.network_device)
-            written.append(profile_db.write_meta(folder, {
-                "network_device": args.network_device, "backend": backend, "device": _device_label(device),
-                "world_size": world, "ranks_per_node": per_node, "nodes": world // per_node, "dtype": args.dtype,
-                "torch": torch.__version__.split("+")[0], "warmup": args.warmup, "iters": args.iters,
-                "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "host": platform.node(),
-                "timing": "nccl-tests' rule: iters calls back to back after warmup, the slowest member's mean per call",
-                "command": " ".join(sys.argv),
-            }))
+            with database_lock(args.output, PROG):
+                guard_files(outputs)
+                written = [profile_db.write_network(args.output, args.network_device, kind, rows[kind])
+                           for kind in kinds if rows[kind]]
+                written.append(profile_db.write_meta(folder, {
+                    "network_device": args.network_device, "backend": backend, "device": _device_label(device),
+                    "world_size": world, "ranks_per_node": per_node, "nodes": world // per_node, "dtype": args.dtype,
+                    "torch": torch.__version__.split("+")[0], "warmup": args.warmup, "iters": args.iters,
+                    "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "host": platform.node(),
+                    "timing": "nccl-tests' rule: iters calls back to back after warmup, the slowest member's mean per call",
+                    "command": " ".join(sys.argv),
+                }))
             print(f"{PROG}: {sum(len(r) for r in rows.values())} points in {time.monotonic() - start:.1f} s; wrote "
                   f"{', '.join(written)}", flush=True)
         dist.barrier()

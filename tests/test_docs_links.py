@@ -8,7 +8,11 @@ import subprocess
 
 from tests.conftest import ROOT
 
-EXTERNAL = {"doc/PERFORMANCE.md"}  # nccl-tests' own document, cited as such
+EXTERNAL = {
+    "doc/PERFORMANCE.md",  # nccl-tests' own document, cited as such
+    "docs/legacy.md",  # deepseek-ai/DeepEP's, cited with its repository
+    "docs/performance-summary-archive.md",  # NVIDIA-NeMo/Megatron-Bridge's, cited with its repository
+}
 CITED = re.compile(r"(?<![\w/.-])([\w./-]+\.md)\b")
 
 

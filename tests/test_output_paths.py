@@ -5,7 +5,8 @@
 2. An output that is one of the inputs is refused before anything is read or written: the input is
    left byte for byte as it was.
 6. A killed writer's hidden temporary (``.NAME.XXXX.tmp``, older than ``utils.io.STALE_TMP_S``) is
-   removed by the next write of NAME; a fresh one (another writer's, still running) is left alone.
+   removed by the next write of NAME, and by any guarded writer of its folder; a fresh one (another
+   writer's, still running) is left alone.
 """
 
 from __future__ import annotations
@@ -138,8 +139,9 @@ def test_stale_temporaries_are_removed_by_the_next_write_and_fresh_ones_kept(tmp
     out = tmp_path / "tiny.csv"
     stale = tmp_path / ".tiny.csv.0123456789ab.tmp"
     fresh = tmp_path / ".tiny.csv.ba9876543210.tmp"
-    other = tmp_path / ".unrelated.csv.0123456789ab.tmp"  # another file's: not ours to remove
-    for path in (stale, fresh, other):
+    other = tmp_path / ".unrelated.csv.0123456789ab.tmp"  # another output's, as old: stale for any guarded writer
+    other_fresh = tmp_path / ".unrelated.csv.ba9876543210.tmp"  # another output's, fresh: maybe a live writer's
+    for path in (stale, fresh, other, other_fresh):
         path.write_text("half-written\n")
     old = time.time() - STALE_TMP_S - 60
     os.utime(stale, (old, old))
@@ -147,4 +149,5 @@ def test_stale_temporaries_are_removed_by_the_next_write_and_fresh_ones_kept(tmp
     proc = run(["-m", "workload_generator.generate_megatron_workload", *TINY, "-o", str(out)], tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert out.exists() and not stale.exists()
-    assert fresh.exists() and other.exists()
+    # issue 28 item 12: a guarded writer (utils.io.guard_output) also removes the folder's stale temporaries
+    assert fresh.exists() and other_fresh.exists() and not other.exists()

@@ -1,6 +1,7 @@
 """python -m topo.gen: SimAI's files byte for byte, headers and links derived by hand, clean errors.
 
-Defaults used below (docs/topology.md section 1): gps 8, nsps 1, NVLink 2880Gbps / 0.000025ms, NIC 400Gbps /
+Defaults used below (docs/topology.md section 1): gps 8, nsps 1, NVLink at -gt's nominal rate (H100: 450 GB/s
+per direction = 3600Gbps; SimAI's 2880Gbps with -nvbw 2880Gbps, as the byte-for-byte checks give) / 0.000025ms, NIC 400Gbps /
 0.0005ms, npa 64, psn 64, ASW-PSW 400Gbps, app 64.  Templates: AlibabaHPN bw 200Gbps, npa 128, psn 120,
 app 240 (120 with --dp); DCN+ psn 8, app 8 (--dt: bw 200Gbps, npa 128).
 Node ids: GPUs, NVSwitches, ASWs (set 1 then set 2), PSWs (plane 1 then plane 2), cores.
@@ -18,7 +19,9 @@ from tests.conftest import run_cli
 from topo.gen import PROG, main
 from utils.cli import run_main
 
-NV = "2880Gbps 0.000025ms 0"
+NV = "3600Gbps 0.000025ms 0"
+SIMAI_NV = ("-nvbw", "2880Gbps")
+"""SimAI's NVLink default, which its own example files were written with."""
 NIC400 = "400Gbps 0.0005ms 0"
 NIC200 = "200Gbps 0.0005ms 0"
 AP = "400Gbps 0.0005ms 0"
@@ -50,8 +53,8 @@ def check_counts(lines: list[str], header: str) -> None:
 
 # ---- the two files made by SimAI's own generator ------------------------------------------------
 @pytest.mark.parametrize("argv, name", [
-    (["-topo", "Spectrum-X", "-g", "16"], "Spectrum-X_16g_8gps_400Gbps_H100"),
-    (["-topo", "DCN+", "-g", "16"], "DCN+SingleToR_16g_8gps_400Gbps_H100"),
+    (["-topo", "Spectrum-X", "-g", "16", *SIMAI_NV], "Spectrum-X_16g_8gps_400Gbps_H100"),
+    (["-topo", "DCN+", "-g", "16", *SIMAI_NV], "DCN+SingleToR_16g_8gps_400Gbps_H100"),
 ])
 def test_simai_examples_byte_for_byte(tmp_path, capsys, examples, argv, name):
     got, _, out = generate(tmp_path, capsys, *argv)
@@ -64,7 +67,7 @@ def test_simai_examples_byte_for_byte(tmp_path, capsys, examples, argv, name):
 
 
 def test_cli_process_writes_simai_example(tmp_path, examples):
-    proc = run_cli("-m", "topo.gen", "-topo", "Spectrum-X", "-g", "16", cwd=tmp_path)
+    proc = run_cli("-m", "topo.gen", "-topo", "Spectrum-X", "-g", "16", *SIMAI_NV, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["asw_switch_num: 8", "psw_switch_num: 64",
                                         "Creating Topology of totally 1 segment(s), totally 1 pod(s).",
@@ -309,7 +312,7 @@ def test_asn_warning_names_value_used(tmp_path, capsys):
 
 
 def test_template_forced_switch_warns_and_builds_simai_file(tmp_path, capsys, examples):
-    assert main(["-topo", "DCN+", "-g", "16", "--dp", "-o", f"{tmp_path}/"]) == 0
+    assert main(["-topo", "DCN+", "-g", "16", "--dp", *SIMAI_NV, "-o", f"{tmp_path}/"]) == 0
     assert capsys.readouterr().err == "topo.gen: warning: --dp ignored: -topo DCN+ forces it off (as SimAI does)\n"
     name = "DCN+SingleToR_16g_8gps_400Gbps_H100"
     assert (tmp_path / name).read_bytes() == (examples / f"topo_{name}").read_bytes()

@@ -11,7 +11,12 @@ segment(s), totally P pod(s).``, then the file written).  Differences, all delib
   or a silently different fabric);
 * warnings (``-asn`` recomputed, a switch the template ignores) are one ``topo.gen: warning: ...`` line
   each on stderr; SimAI also warns about its own default ``-asn``, we only about one the user gave;
-* ``-o/--output`` picks the file or the directory (SimAI writes into the working directory);
+* ``-o/--output`` picks the file or the directory (SimAI writes into the working directory); a symbolic
+  link there is refused, not written through (:func:`utils.io.guard_output`);
+* ``-nvbw`` defaults to ``-gt``'s nominal NVLink rate per GPU per direction (H100: 3600Gbps = 450 GB/s, the
+  rate calibration and the topo model call nominal; :func:`topo.templates.nominal_nvlink_bw`), not SimAI's
+  2880Gbps for every type (give ``-nvbw 2880Gbps`` for SimAI's file byte for byte);
+* a fabric above ``--max_items`` nodes + links (default 5 million) is refused before it is built;
 * beyond SimAI: ``-topo NVL72`` / ``-topo NVL -gps N``, ``--pods`` with a core tier (``-csn``,
   ``--oversub``, ``-pcbw``, ``-pcl``) and ``-apl`` for the ASW-PSW latency (SimAI reuses ``-l``).
   See :mod:`topo.shapes` for the id order of the extra tier.
@@ -67,7 +72,45 @@ def build_parser() -> CliParser:
                       help="PSW downlink:uplink bandwidth ratio that sizes the core tier (default 1: non-blocking)")
     ours.add_argument("-pcbw", "--pc_bandwidth", help="PSW-core bandwidth (default: -apbw)")
     ours.add_argument("-pcl", "--pc_latency", help="PSW-core latency (default: -apl)")
+    ours.add_argument("--max_items", "--max-items", type=integer, metavar="N",
+                      help=f"largest topology written, in nodes + links (default {MAX_ITEMS:,}: a file of about "
+                           f"{MAX_ITEMS * LINK_BYTES / 1e6:,.0f} MB built in about {MAX_ITEMS * BUILD_BYTES / 1e9:.1f} GB)")
     return p
+
+
+MAX_ITEMS = 5_000_000
+"""Nodes + links one topology may hold unless ``--max_items`` says otherwise (as the workload generators'
+``--max_items``): 128K GPUs of Spectrum-X in 32 pods are 0.7 million."""
+LINK_BYTES = 34
+"""Bytes of one link line (``src dst 400Gbps 0.0005ms 0``; 131,072 GPUs: 17.6 MB for 524,288 links)."""
+BUILD_BYTES = 260
+"""Peak memory per link while the file is built and written (131,072 GPUs: 153 MB for 524,288 links)."""
+
+
+def check_size(spec: FabricSpec, layout: Layout, limit: int | None = None) -> None:
+    """Refuse a fabric above ``limit`` (:data:`MAX_ITEMS`) nodes + links before anything is built, with one
+    line naming its size and the flags that drive it (``-g 10240000 --pods 20000`` asked for 41 million
+    links and ran out of memory)."""
+    limit = limit or MAX_ITEMS
+    items = layout.total_nodes + layout.links
+    if items <= limit:
+        return
+    drivers = [f"-g {spec.gpus}"] + ([f"--pods {spec.pods}"] if spec.pods > 1 else [])
+    raise ConfigError(f"{' '.join(drivers)} makes {layout.total_nodes:,} nodes and {layout.links:,} links (a file of "
+                      f"about {layout.links * LINK_BYTES / 1e6:,.0f} MB, {layout.links * BUILD_BYTES / 1e9:,.1f} GB of "
+                      f"memory to build), above the limit of {limit:,} nodes + links (--max_items): lower "
+                      f"{' or '.join(d.split()[0] for d in drivers)}, or raise --max_items if the machine has the memory")
+
+
+def split_flags(text: str, flag: str = "--topo_gen") -> list[str]:
+    """``text`` (a shell-quoted list of this generator's flags, as ``simulator search --topo_gen`` takes)
+    as a list, or a :class:`ConfigError` naming ``flag`` (an unclosed quote is one line, not a traceback)."""
+    import shlex
+
+    try:
+        return shlex.split(text)
+    except ValueError as exc:
+        raise ConfigError(f"{flag} {text!r}: {exc} (quote it as a shell would: --topo_gen \"-topo Spectrum-X\")") from None
 
 
 def output_path(output: str | None, name: str) -> str:
@@ -80,10 +123,15 @@ def output_path(output: str | None, name: str) -> str:
     return output
 
 
-def generate(spec: FabricSpec, output: str | None = None) -> tuple[str, Layout]:
-    """Build and write the topology of ``spec``; returns (path written, layout).  Raises ConfigError."""
+def generate(spec: FabricSpec, output: str | None = None, max_items: int | None = None) -> tuple[str, Layout]:
+    """Build and write the topology of ``spec``; returns (path written, layout).  Raises ConfigError (a
+    fabric above ``max_items`` nodes + links, :func:`check_size`) or :class:`utils.io.OutputError` (an
+    output that is a symbolic link or a folder: :func:`utils.io.guard_output`), before anything is built."""
+    from utils.io import guard_output
+
     layout = plan(spec)
-    path = output_path(output, layout.file_name)
+    check_size(spec, layout, max_items)
+    path = guard_output(output_path(output, layout.file_name), None, "-o/--output")
     topo = build(spec, layout)
     try:
         topo.write(path)
@@ -95,8 +143,11 @@ def generate(spec: FabricSpec, output: str | None = None) -> tuple[str, Layout]:
 def main(argv: Sequence[str] | None = None) -> int:
     given = vars(build_parser().parse_args(argv))
     output = given.pop("output", None)
+    max_items = given.pop("max_items", None)
+    if max_items is not None and max_items < 1:
+        raise ConfigError(f"--max_items {max_items}: expected a positive number of nodes + links")
     spec = resolve(given)
-    path, layout = generate(spec, output)
+    path, layout = generate(spec, output, max_items)
     # messages go out only once the file exists, so an error leaves one line and nothing else
     for warning in layout.warnings:
         print(f"{PROG}: warning: {warning}", file=sys.stderr)

@@ -4,8 +4,12 @@ Every rule here is SimAI 1.7's ``gen_Topo_Template.py`` as ``docs/topology.md`` 
 records it, except where noted as ours:
 
 * base defaults (docs/topology.md section 1): 32 GPUs, 8 per server, H100, 1 NVSwitch per server, NVLink
-  2880Gbps / 0.000025ms, NIC 400Gbps / 0.0005ms, 8 ASWs, 64 NICs per ASW, 64 PSWs, ASW-PSW 400Gbps,
-  64 ASWs per PSW, error rate ``0``.
+  0.000025ms, NIC 400Gbps / 0.0005ms, 8 ASWs, 64 NICs per ASW, 64 PSWs, ASW-PSW 400Gbps, 64 ASWs per PSW,
+  error rate ``0``.
+* ours: the NVLink rate (``-nvbw``) defaults to ``-gt``'s nominal rate per GPU per direction from the compute
+  model's GPU table (H100: 450 GB/s = 3600Gbps; :func:`nominal_nvlink_bw`), the rate calibration and the
+  topo model treat as nominal; SimAI writes 2880Gbps (360 GB/s, an achieved rate) for every type, which
+  ``-nvbw 2880Gbps`` reproduces byte for byte.
 * a template overrides some defaults, only for flags the user did not give, and forces the wiring
   switches (``--ro``/``--dt``/``--dp``) whatever the user gave:
   ``Spectrum-X`` 4096 GPUs, rail-optimised single ToR; ``AlibabaHPN`` 15360 GPUs, 200Gbps, 240 ASWs,
@@ -49,6 +53,26 @@ BASE_DEFAULTS: dict[str, Any] = dict(
 """SimAI's defaults (docs/topology.md section 1); ``pods`` is ours (SimAI always builds one pod)."""
 
 _NVL_DEFAULTS: dict[str, Any] = dict(gpu_type="GB200", nvlink_bw="7200Gbps", bandwidth="800Gbps", ap_bandwidth="800Gbps")
+
+SIMAI_NVLINK_BW = "2880Gbps"
+"""SimAI's ``-nvbw`` default for every GPU type: 360 GB/s per GPU per direction, near what NCCL's busbw reaches
+on 8 H100 (NCCL models 18 NVLink4 links at 20.6 of their 25 GB/s: 370.8 GB/s), i.e. an achieved rate, not
+a link rate; above the A100's whole NVLink (300 GB/s) and the H800's (200 GB/s)."""
+
+
+def nominal_nvlink_bw(gpu_type: str) -> str:
+    """``-nvbw``'s default: the GPU table's nominal NVLink rate per GPU per direction for ``-gt`` (H100 SXM,
+    H200, H20: 450 GB/s = 3600Gbps; A100: 300 GB/s = 2400Gbps; H800, A800: 200 GB/s = 1600Gbps; B200, GB200:
+    900 GB/s = 7200Gbps), the rate ``python -m profiling calibrate --gpu_type`` divides by and the one the topo
+    model applies NCCL's efficiency to (0.824 on Hopper, so 8 H100 reach 370.8 GB/s busbw).  A type the table
+    lacks keeps SimAI's :data:`SIMAI_NVLINK_BW`."""
+    from mocked_model.compute import gpu_spec, known_gpu
+
+    if not known_gpu(gpu_type):
+        return SIMAI_NVLINK_BW
+    gbps = gpu_spec(gpu_type).nvlink_gbps * 8
+    return f"{gbps:g}Gbps"
+
 
 FLAG_NAMES = {
     "topology": "-topo", "gpu": "-g", "error_rate": "-er", "gpu_per_server": "-gps", "gpu_type": "-gt",
@@ -139,6 +163,8 @@ def resolve(given: dict[str, Any]) -> FabricSpec:
     if dp and not dt:
         raise ConfigError("--dp (dual plane) needs dual ToR: add --dt (each NIC then reaches one ASW per plane)")
     values.update({k: v for k, v in given.items() if k in values})
+    if "nvlink_bw" not in given and template not in OUR_TEMPLATES:
+        values["nvlink_bw"] = nominal_nvlink_bw(values["gpu_type"])
     for name in ("gpu", "gpu_per_server", "nv_switch_per_server", "nics_per_aswitch", "psw_switch_num",
                  "asw_per_psw", "pods"):
         _positive(name, values[name])

@@ -27,9 +27,14 @@ def visual_path(source: str, output_dir: str | None = None) -> str:
 def write_visual(source: str, output: str | None = None, output_dir: str | None = None) -> str:
     """Write the HTML page of ``source`` (a replay log or a workload CSV); returns its path.  Raises
     :class:`utils.errors.UserError` for a missing or malformed file."""
+    from log_analyzer.inputs import read_paths
     from log_analyzer.report import build_report, write_report
+    from utils.io import guard_output
 
-    return write_report(build_report(source), output or visual_path(source, output_dir))
+    path = output or visual_path(source, output_dir)
+    inputs = {"the input file": read_paths(source)}
+    guard_output(path, inputs, "-o/--output" if output else "the page")  # before the page is built
+    return write_report(build_report(source), path, inputs)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
