@@ -347,7 +347,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Heavy imports after the flags are known to be well-formed.
     from simulator import report
     from simulator.inference_header import wants_topo
+    from simulator.inputs import input_files
+    from utils.io import guard_output
 
+    inputs = input_files(args)
+    for flag, path in (("--trace", args.trace), ("--plot", args.plot)):
+        if path:
+            guard_output(path, inputs, flag)  # before any work: a trace over the workload would destroy it
     if wants_topo(args):  # an inference workload (mode: 1) on --model topo: TTFT / TPOT
         from simulator import inference
 
@@ -355,6 +361,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     result, source, job = simulate_args(args)
     prefix = report.output_prefix(args.result, args.result_folder, source)
     contents: dict[str, Any] = dict(report.result_chunks(result, prefix))  # tables streamed as written
+    for path in contents:
+        guard_output(path, inputs, "-r/--result")
     if args.trace:
         from simulator.trace import trace_text
 

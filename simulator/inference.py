@@ -505,7 +505,13 @@ def cli_main(args: Any, prog: str, simai_only: tuple = ()) -> int:
     result.warnings += [f"{flag} is not produced for inference workloads" for flag, value in
                         (("--trace", args.trace), ("--plot", args.plot), ("--json", getattr(args, "json", False)))
                         if value]
-    paths = write_results(result, output_prefix(args.result, args.result_folder, args.workload))
+    prefix = output_prefix(args.result, args.result_folder, args.workload)
+    from simulator.inputs import input_files
+    from utils.io import guard_output
+
+    for name in ("inference.csv", "inference_layers.csv"):
+        guard_output(prefix + name, input_files(args), "-r/--result")
+    paths = write_results(result, prefix)
     for message in result.warnings:
         print(f"{prog}: warning: {message}", file=sys.stderr)
     if not args.quiet:

@@ -328,6 +328,14 @@ class TopoModel:
         """(group, type, size) of DeepEP's ops -> their :attr:`Op.deepep` (priced by :mod:`simulator.moe_comm`)."""
         self.gpu_name = (job.training.gpu_type if job is not None else None) or getattr(fabric, "gpu_type", None)
         """The GPU the job runs on (its ``--gpu_type``, else the topology's): the MFU's peak, NCCL's SM share."""
+        from mocked_model.compute import known_gpu
+
+        topo_gpu = getattr(fabric, "gpu_type", None)
+        if (job is not None and job.training.gpu_type and topo_gpu and known_gpu(topo_gpu)
+                and job.training.gpu_type.upper() != str(topo_gpu).upper()):
+            # compute follows --gpu_type, links follow the file: say so rather than mix them silently (issue 28, 21)
+            self.warnings.append(f"--gpu_type {job.training.gpu_type} differs from the topology's GPU {topo_gpu}: compute "
+                                 f"is priced on the {job.training.gpu_type}, NVLink and NICs are the file's")
         self.contention = comm_sm_share(options, self.gpu_name)
         # --profile: collectives and p2p transfers are asked of the measured profile first (simulator.profiles)
         self.collective_cost = options.profile.collective_cost if options.profile is not None else collective_cost

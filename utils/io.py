@@ -148,7 +148,9 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", newline: str | None =
     except OSError as exc:
         raise OutputError(f"cannot write {path}: {_why(directory, exc)}") from None
     try:
-        kwargs = {} if "b" in mode else {"newline": newline, "encoding": "utf-8"}
+        # surrogateescape: a file name that is not UTF-8 (decoded by Python with surrogates) is written back
+        # as its own bytes instead of failing with UnicodeEncodeError (issue 28, item 10)
+        kwargs = {} if "b" in mode else {"newline": newline, "encoding": "utf-8", "errors": "surrogateescape"}
         with os.fdopen(fd, mode, **kwargs) as handle:
             yield handle
         # mkstemp creates 0600 files; give the result the permissions a plain open() would

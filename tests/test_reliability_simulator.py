@@ -1,0 +1,56 @@
+"""Issue 28 in the simulator's entry: no output over an input (item 1), non-UTF-8 file names (item 10), a job's GPU
+that differs from the topology's (item 21).  Each failed on the main before this change (--trace over the workload
+replaced it and exited 0; a non-UTF-8 name was a UnicodeEncodeError traceback; an A100 job on an H100 file said
+nothing)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+from tests.conftest import EXAMPLES, run_cli
+
+TOPO = EXAMPLES / "topo_Spectrum-X_16g_8gps_400Gbps_H100"
+JOB = ("--model_name", "llama3_8B", "--world_size", "16", "--tensor_model_parallel_size", "8", "--global_batch", "32")
+SIMAI = ("-g_p_s", "8", "-n_p_s", "8", "-g_type", "H100")
+
+
+def test_a_trace_over_the_workload_is_refused_and_the_workload_kept(tmp_path):
+    workload = tmp_path / "w.txt"
+    shutil.copy(EXAMPLES / "simai_workload_analytical.txt", workload)
+    before = workload.read_bytes()
+    out = run_cli("-m", "simulator", "-w", str(workload), *SIMAI, "--trace", str(workload), cwd=tmp_path)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.strip().splitlines()[-1].startswith("simulator: error: --trace")
+    assert "is also -w/--workload" in out.stderr
+    assert "Traceback" not in out.stderr
+    assert workload.read_bytes() == before
+    assert not (tmp_path / "results").exists()  # nothing written
+
+
+def test_a_result_prefix_landing_on_the_topology_is_refused(tmp_path):
+    topology = tmp_path / "pEndToEnd.csv"  # -r p writes pEndToEnd.csv: the topology itself
+    shutil.copy(TOPO, topology)
+    before = topology.read_bytes()
+    out = run_cli("-m", "simulator", "-t", str(topology), "--gpu_type", "H100", *JOB, "-r", str(tmp_path / "p"),
+                  "-q", cwd=tmp_path)
+    assert out.returncode == 2, out.stderr
+    assert "-t/--topology" in out.stderr and "Traceback" not in out.stderr
+    assert topology.read_bytes() == before
+
+
+def test_a_non_utf8_workload_name_is_simulated_and_written(tmp_path):
+    name = os.fsdecode(b"w\xff.txt")
+    shutil.copy(EXAMPLES / "simai_workload_analytical.txt", tmp_path / name)
+    out = run_cli("-m", "simulator", "-w", name, *SIMAI, "-q", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    written = sorted(os.listdir(os.fsencode(tmp_path / "results")))
+    assert written == [b"w\xff-EndToEnd.csv", b"w\xff-simai_layers.csv"]
+
+
+def test_a_job_on_another_gpus_topology_is_named(tmp_path):
+    out = run_cli("-m", "simulator", "-t", str(TOPO), "--gpu_type", "A100", *JOB, "-q", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "--gpu_type A100 differs from the topology's GPU H100" in out.stderr
+    same = run_cli("-m", "simulator", "-t", str(TOPO), "--gpu_type", "H100", *JOB, "-q", cwd=tmp_path)
+    assert "differs from the topology" not in same.stderr
