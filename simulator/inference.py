@@ -379,6 +379,10 @@ def job_from_name(path: str, config: str | None = None,
     if not match:
         return None, None, None
     fields = {k: (v if k in ("model", "phase") else int(v)) for k, v in match.groupdict().items()}
+    zero = [k for k in ("world", "tp", "pp", "ep", "bs", "seq") if k in fields and fields[k] < 1]
+    if zero:  # AICB's name carries the batch and context: 'bs0' would report a step of nothing (issue 28, item 8)
+        raise ConfigError(f"{path}: the file name gives {', '.join(f'{k} {fields[k]}' for k in zero)}; each must be at "
+                          "least 1 (AICB names its files <model>-world_size<W>-tp<T>-pp<P>-ep<E>-bs<B>-seq<S>-<phase>)")
     if config is None and header is not None and header.extra.get("model_config"):
         from urllib.parse import unquote
 
@@ -412,6 +416,9 @@ def simulate_file(path: str, topology: Any = None, options: TopoOptions | None =
     world = options.gpus or world
     if world % (tp * pp):
         raise ConfigError(f"{path}: all_gpus {world} is not divisible by tp {tp} x pp {pp}")
+    if ep > world // pp:
+        # the experts of one stage spread over at most its GPUs (issue 28, item 8: 'ep 16' on 8 GPUs ran)
+        raise ConfigError(f"{path}: ep {ep} is more than the {world // pp} GPUs of a pipeline stage (all_gpus {world} / pp {pp})")
     fabric, links, notes = _fabric(topology, options, world)
     stage_ranks = world // pp
     costs = _Costs(fabric, links, stage_ranks, tp, ep)

@@ -54,3 +54,30 @@ def test_a_job_on_another_gpus_topology_is_named(tmp_path):
     assert "--gpu_type A100 differs from the topology's GPU H100" in out.stderr
     same = run_cli("-m", "simulator", "-t", str(TOPO), "--gpu_type", "H100", *JOB, "-q", cwd=tmp_path)
     assert "differs from the topology" not in same.stderr
+
+
+INFER = EXAMPLES / "aicb_infer_DeepSeek-671B-world_size8-tp1-pp1-ep8-bs32-seq1024-decode.txt"
+
+
+def _edited(tmp_path, name: str, old: str, new: str):
+    text = INFER.read_text()
+    first, rest = text.split("\n", 1)
+    path = tmp_path / name
+    path.write_text(first.replace(old, new) + "\n" + rest)
+    return path
+
+
+def test_impossible_inference_files_are_refused_with_nothing_written(tmp_path):
+    """Item 8: 'mode: 7' and 'mode: nan' ran as training, 'ep 16' on 8 GPUs and 'bs0' in the name were simulated."""
+    cases = [(_edited(tmp_path, "m7.txt", "mode: 1", "mode: 7"), "header key 'mode' is '7'"),
+             (_edited(tmp_path, "mnan.txt", "mode: 1", "mode: nan"), "header key 'mode' is 'nan'"),
+             (_edited(tmp_path, "e16.txt", "ep: 8", "ep: 16"), "ep 16 is more than the 8 GPUs"),
+             (_edited(tmp_path, INFER.name.replace("-bs32-", "-bs0-"), "mode: 1", "mode: 1"), "gives bs 0")]
+    for path, message in cases:
+        for model in (("--model", "topo", "-t", str(TOPO)), ("-g_p_s", "8", "-n_p_s", "8", "-g_type", "H100")):
+            if message.startswith(("ep", "gives")) and model[0] != "--model":
+                continue  # SimAI's own model plays any ep and ignores the name, as SimAI does
+            out = run_cli("-m", "simulator", "-w", str(path), *model, cwd=tmp_path)
+            assert out.returncode == 2, (path.name, out.stdout, out.stderr)
+            assert message in out.stderr and "Traceback" not in out.stderr
+    assert not (tmp_path / "results").exists()

@@ -282,6 +282,11 @@ class SimAIHeader:
                     header.order = tuple(k for k in header.order if k != key)
                     continue
                 header.extra[key] = " ".join(vals)
+                if key == "mode" and header.extra[key] not in ("0", "1"):
+                    # AICB 2.1 writes 0 (training) or 1 (inference); SimAI ignores the key, so 'mode: 7' or
+                    # 'mode: nan' would silently run as training (issue 28, item 8): refused even when lenient
+                    raise FormatError(path, f"header key 'mode' is {header.extra[key]!r}: AICB writes 0 (training) "
+                                      "or 1 (inference)", line=1, field=key)
                 continue
             if attr in _LIST_ATTRS:
                 count_text, *layer_texts = vals or [""]
