@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from replay.env import SharedError, reports_errors
 from utils.cli import parse_job, run_main
 from utils.errors import UserError
-from workload_generator.entry import build_timed_workload, default_workload_path, report_memory
+from workload_generator.entry import build_timed_workload, prepare_output, report_memory, training_workload_path
 
 PROG = "aicb.py"
 LINGER_S = 30.0
@@ -105,9 +105,13 @@ def _main(argv: list[str] | None, reporting: bool) -> int:
         raise SharedError("bad flags") from None
     if inference:
         if values["workload_only"]:
-            from workload_generator.inference_entry import aicb_workload_only
+            from replay.env import memory_line
+            from workload_generator.inference_entry import aicb_workload_only, log_names
 
-            return aicb_workload_only(job, values)
+            prepare_output(log_names(job, values)[1], values, PROG, bool(values.get("output")))  # before any work
+            status = aicb_workload_only(job, values)
+            print(memory_line(job, {}))  # every inference entry prints the memory per GPU
+            return status
         _require_torch()
         from workload_applyer import replay_main
 
@@ -116,11 +120,11 @@ def _main(argv: list[str] | None, reporting: bool) -> int:
         if job.training.frame == "collective_test":
             from workload_generator.generate_collective_test import write_sweep
 
-            path = write_sweep(job, values)
+            path = write_sweep(job, values, PROG)
         else:
+            path, given = training_workload_path(job, values)
+            prepare_output(path, values, PROG, given)  # before any work
             workload = build_timed_workload(job, values)  # --aiob_enable / --comp_filepath / --compute_source
-            path = values.get("output") or default_workload_path(job, values,
-                                                                 workload.generator or job.training.frame.lower())
             workload.dump(path)
             print(f"Workload file generated: {path} ({len(workload)} items, pipeline rank {job.parallel.pp_rank})")
             report_memory(job, values)

@@ -8,12 +8,15 @@ come from the layout's RankGenerator, and every item runs with the torch.distrib
 matches it (``replay/ops.py``; gloo's gaps emulated and marked).  Buffers are allocated once and
 sliced.  Times: CUDA events on a GPU, the monotonic clock on CPU (``replay/timer.py``); bandwidths per
 docs/formats.md section 1 (``utils/units.py``, GB/s = 10^9 B/s, nccl-tests' bus factors).  Rank 0 prints a
-line per operation (a line per message size in a sweep), shows progress bars on a terminal
-(``replay/progress.py``) and writes the log and detail CSVs row by row (``log_analyzer/log.py``); at
+line per operation (a line per message size in a sweep), shows progress bars on a terminal and plain
+progress lines off one (``replay/progress.py``) and writes the log and detail CSVs row by row (``log_analyzer/log.py``); at
 the end every rank's times are gathered and the detail CSV is rewritten with each operation's
 slowest rank.  A watchdog (``replay/watchdog.py``) bounds the start by ``--join_timeout`` and every
 operation by ``--timeout``, and turns a dead peer, an interrupt or a killed launcher into one message
-per rank, never a silent hang.
+per rank, never a silent hang (a rank stopped when its launcher died too: ``replay/sentinel.py``).  Rank 0's
+outputs are checked before anything starts (not an input, not a symbolic link; an earlier run's file that an
+AICB-style name replaces is named on stderr), and ``--check`` refuses a CPU replay that cannot fit the host's
+memory (``replay/memory.py``).
 
 Under a launcher a user error every rank meets alike is reported by each node's local rank 0 only
 (:class:`replay.env.SharedError`); ``--check`` runs the checks once, before any process starts
@@ -43,9 +46,12 @@ from replay.env import (
     first_line,
     launch_env,
     log_names,
+    log_path,
     measure_aiob,
+    memory_line,
     needs_shared_aiob,
     options_from,
+    prepare_outputs,
     rank_workload,
     reports_errors,
     resolve_backend,
@@ -116,6 +122,9 @@ class WorkloadApplyer:
         self.progress = progress or Progress(False)
         self.generator = job.parallel.rank_generator()
         self.plan: Plan = plan_workload(workload, self.generator, rank, options.dtype, source)
+        if options.iterations is not None and len(self.plan.blocks) < 2:
+            raise ConfigError(f"--epoch_num {options.iterations}: {source} holds no iteration after its init block "
+                              "(no epoch_end marker ends one) to repeat; drop --epoch_num")
         self._seq: Counter = Counter()
         self._batches = 0
         self._gemm: dict[tuple, tuple[Any, Any, bool]] = {}
@@ -138,7 +147,7 @@ class WorkloadApplyer:
         self.device = device
         self._watch("creating the process groups")
         kinds = kinds if kinds is not None else self.plan.kinds
-        self.progress.start("process groups", group_count(self.generator, kinds))
+        self.progress.start("process groups", group_count(self.generator, kinds), unit="group")
         self.groups = ProcessGroups(self.generator, self.rank, kinds, self.options.timeout_s, self.progress.step)
         self.progress.close()
         cuda = self.device.type == "cuda"
@@ -195,7 +204,7 @@ class WorkloadApplyer:
             for number in range(self.options.warmup):
                 progress.note(f"{number + 1}/{self.options.warmup}")
                 self._run_block(blocks[1], -1, result)
-        measured = blocks[1:]
+        measured = self.measured_blocks()
         progress.start("sizes" if self.options.sweep else "iterations", sum(len(b) for b in measured))
         for number, block in enumerate(measured, start=1):
             progress.note(f"{number}/{len(measured)}")
@@ -203,6 +212,25 @@ class WorkloadApplyer:
         progress.close()
         self._idle()
         return result
+
+    def measured_blocks(self) -> list[list[Step]]:
+        """The blocks logged as iterations 1, 2, ...: the workload's after init, or ``options.iterations`` of
+        them, cycled (``--epoch_num`` with a ``--workload`` file)."""
+        blocks = self.plan.blocks[1:]
+        count = self.options.iterations
+        if count is None or not blocks:
+            return blocks
+        return [blocks[i % len(blocks)] for i in range(count)]
+
+    def iterations_note(self) -> str:
+        """How ``--epoch_num`` changed the iterations (empty when it did not)."""
+        count, held = self.options.iterations, len(self.plan.blocks) - 1
+        if count is None:
+            return ""
+        if count == held:
+            return f"; --epoch_num {count}: the file's {held} iteration{'s' if held != 1 else ''}"
+        return (f"; --epoch_num {count}: {count} iteration{'s' if count != 1 else ''} from the file's {held}"
+                f"{', cycled' if count > held else ' (the first ones)'}")
 
     def _run_block(self, steps: list[Step], iteration: int, result: ReplayResult) -> None:
         step_done = self.progress.step
@@ -459,6 +487,14 @@ class WorkloadApplyer:
             out.append(entry)
         return out
 
+    def gemm_bytes(self) -> int:
+        """Host bytes of the matmul operands :meth:`setup` would allocate on a CPU (``--compute_mode gemm``)."""
+        if self.options.compute_mode != "gemm":
+            return 0
+        from replay.memory import gemm_operand_bytes
+
+        return gemm_operand_bytes(i.shapes for i in self.workload.items if i.is_computation)
+
     def compute_notice(self) -> str | None:
         """A note on computation items that were not run (no time to sleep, no matmul shapes)."""
         if not self._unrun_compute:
@@ -499,6 +535,30 @@ def _shared(make: Any, rank: int) -> Any:
     return box[0]
 
 
+def _on_cpu(options: ReplayOptions) -> bool:
+    """Whether the replay's buffers (and AIOB's tensors) would live in host memory: gloo, or auto without CUDA."""
+    if options.backend == "nccl":
+        return False
+    from workload_generator.compute_times import cuda_available
+
+    return options.backend == "gloo" or not cuda_available()
+
+
+def _check_host_memory(job: JobConfig, per_stage: list[tuple[int, int]], world: int, aiob: bool) -> None:
+    """``--check``'s host-memory check of a CPU replay (:mod:`replay.memory`): one line when it cannot fit."""
+    from mocked_model.aiob.host_memory import aiob_peak, available_memory
+    from mocked_model.compute import known_gpu
+    from replay.memory import check_host_memory, host_terms
+    from workload_generator.compute_times import cuda_available
+
+    aiob_bytes, aiob_what = 0, ""
+    # AIOB times on the CPU only without a GPU and without a --gpu_type the compute model prices instead
+    if aiob and not cuda_available() and not known_gpu(job.training.gpu_type):
+        peak = aiob_peak(job)
+        aiob_bytes, aiob_what = peak.bytes, peak.describe()
+    check_host_memory(host_terms(per_stage, world, job.parallel.pp, aiob_bytes, aiob_what), available_memory(), world)
+
+
 def check_main(job: JobConfig, values: dict[str, Any]) -> int:
     """``aicb.py --check``: what every rank checks before it talks (the flags, the launch, the
     workload of each pipeline stage's first rank, the backend), done once; nothing starts and nothing
@@ -510,21 +570,27 @@ def check_main(job: JobConfig, values: dict[str, Any]) -> int:
 
         resolve_backend(options.backend, torch.cuda.is_available())
     base, workload_path = log_names(job, values)
+    prepare_outputs(base, workload_path, values, PROG, warn=False)   # a log that is a symbolic link: refused now
     generator = job.parallel.rank_generator()
     stages = sorted({generator.coordinates(r)["pp"]: r for r in range(world - 1, -1, -1)}.items())
     items = 0
-    if needs_shared_aiob(job, values):
+    cpu = _on_cpu(options)
+    per_stage: list[tuple[int, int]] = []
+    aiob = needs_shared_aiob(job, values)
+    if aiob:
         what = "compute times measured by rank 0 at the start (AIOB): workloads not built"
     else:
         for _, first in stages:
             workload, source = rank_workload(job, values, first)
-            WorkloadApplyer(workload, job, options, first, source=source)
+            checked = WorkloadApplyer(workload, job, options, first, source=source)
             items += len(workload)
-        what = f"{items} items in {len(stages)} pipeline stage(s) planned"
-    out_dir = os.path.join(values.get("output_dir") or "results", "comm_logs")
+            if cpu:
+                per_stage.append((checked.plan.main_bytes + checked.plan.aux_bytes, checked.gemm_bytes()))
+        what = f"{items} items in {len(stages)} pipeline stage(s) planned{checked.iterations_note()}"
+    if cpu:
+        _check_host_memory(job, per_stage, world, aiob)
     if reports_errors():
-        print(f"{PROG}: check passed: {world} ranks, {what}; the log would be "
-              f"{os.path.join(out_dir, base + '_log.csv')}", flush=True)
+        print(f"{PROG}: check passed: {world} ranks, {what}; the log would be {log_path(base, values)}", flush=True)
     return 0
 
 
@@ -548,6 +614,7 @@ def replay_main(job: JobConfig, values: dict[str, Any]) -> int:
     # Plan before torch starts: a bad workload fails in a moment; with more than one rank every rank
     # must learn of any rank's error (below), or the others would wait for it until the timeout.
     error: str | None = None
+    log_file = ""   # rank 0's log, checked with its other outputs before anything starts
     applyer: WorkloadApplyer | None = None
     log: LogWriter | None = None
     detail: DetailWriter | None = None
@@ -580,6 +647,8 @@ def replay_main(job: JobConfig, values: dict[str, Any]) -> int:
                 workload, source = rank_workload(job, values, rank)
                 applyer = WorkloadApplyer(workload, job, options, rank, source=source)
             base, workload_path = log_names(job, values)
+            if rank == 0:
+                log_file = prepare_outputs(base, workload_path, values, PROG)
         except UserError as exc:
             if world == 1:
                 raise
@@ -637,11 +706,13 @@ def replay_main(job: JobConfig, values: dict[str, Any]) -> int:
         if rank == 0:
             if workload_path:
                 workload.dump(workload_path)
-            out_dir = os.path.join(values.get("output_dir") or "results", "comm_logs")
-            log = applyer.log = LogWriter(os.path.join(out_dir, base + "_log.csv"))
+            log = applyer.log = LogWriter(log_file)
             detail = applyer.detail = DetailWriter(detail_path(log.path))
             print(f"[RANK 0] replaying {source}: {len(workload)} items on {world} ranks over {options.backend} "
-                  f"({device}); log: {log.path}", flush=True)
+                  f"({device}){applyer.iterations_note()}; log: {log.path}", flush=True)
+            memory = memory_line(job, values)
+            if memory:
+                print(f"[RANK 0] {memory}", flush=True)
         result = applyer.run()
         gathered = applyer.gather(result)
         if rank == 0:

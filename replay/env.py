@@ -46,6 +46,9 @@ class ReplayOptions:
     verbose: bool = True
     join_timeout_s: float = 1800.0
     sweep: bool = False
+    iterations: int | None = None
+    """``--epoch_num`` given with a ``--workload`` file: the measured iterations to run, the file's cycled (None:
+    the file's own, once each)."""
 
 
 def options_from(job: JobConfig, values: dict[str, Any]) -> ReplayOptions:
@@ -64,7 +67,22 @@ def options_from(job: JobConfig, values: dict[str, Any]) -> ReplayOptions:
     sweep = job.training.frame == "collective_test"
     return ReplayOptions(backend=backend, compute_mode=values.get("compute_mode") or "auto", warmup=warmup,
                          timeout_s=timeout, emulate=emulate, dtype=job.training.dtype, verbose=not sweep,
-                         join_timeout_s=join_timeout, sweep=sweep)
+                         join_timeout_s=join_timeout, sweep=sweep, iterations=file_iterations(values))
+
+
+def file_iterations(values: dict[str, Any]) -> int | None:
+    """``--epoch_num`` when given with a ``--workload`` file, else None.  A generated workload holds
+    ``--epoch_num`` iterations; a file holds the iterations it was written with, and the flag used to be
+    ignored without a word: given, it now says how many iterations to measure, the file's cycled (a file of one
+    iteration, ``--epoch_num 5``: that iteration five times).  Whether the user gave it: the parser's record of
+    the flags given, or, for a parser without one (``--frame Inference``), a value other than the default 1."""
+    if not values.get("workload") or values.get("epoch_num") is None:
+        return None
+    given = values.get("_given")
+    epochs = int(values["epoch_num"])
+    if given is not None:
+        return epochs if "epoch_num" in given else None
+    return epochs if epochs != 1 else None
 
 
 _MAX_SECONDS = 365 * 86400.0
@@ -100,6 +118,8 @@ def reports_errors() -> bool:
 
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+_SENTINEL: Any = None
+"""This rank's sentinel process (kept referenced for the life of the rank)."""
 
 
 def bind_to_parent() -> int | None:
@@ -108,10 +128,17 @@ def bind_to_parent() -> int | None:
     alone.  On Linux the kernel is also asked to send SIGHUP at the parent's death (``prctl``'s
     ``PR_SET_PDEATHSIG``; SIGHUP's default action ends the worker even before the watchdog handles it,
     so a SIGHUP ignored since ``nohup torchrun ...`` is restored to it).  ``None`` outside a launcher:
-    a lone process outlives its shell on purpose (``nohup``), and its signals are left alone."""
+    a lone process outlives its shell on purpose (``nohup``), and its signals are left alone.
+
+    A stopped worker (SIGSTOP, a debugger) can act on neither the signal nor the poll: a sentinel process
+    (:mod:`replay.sentinel`) continues it once the launcher is gone, and kills it if it does not end."""
     if not under_launcher():
         return None
     parent = os.getppid()
+    from replay.sentinel import start_sentinel
+
+    global _SENTINEL
+    _SENTINEL = start_sentinel(parent)
     if sys.platform.startswith("linux"):
         try:
             import ctypes
@@ -171,6 +198,51 @@ def log_names(job: JobConfig, values: dict[str, Any]) -> tuple[str, str | None]:
     path = default_workload_path(job, values, job.training.frame.lower())
     base = os.path.basename(path)[: -len("_workload.csv")]
     return base, values.get("output") or path
+
+
+def log_path(base: str, values: dict[str, Any]) -> str:
+    """Where rank 0 writes the replay's log CSV: ``results/comm_logs/<base>_log.csv`` (under ``--output_dir``)."""
+    return os.path.join(values.get("output_dir") or "results", "comm_logs", base + "_log.csv")
+
+
+def prepare_outputs(base: str, workload_path: str | None, values: dict[str, Any], prog: str,
+                    warn: bool = True) -> str:
+    """Rank 0's outputs (the log, its detail CSV, the workload CSV), checked before any process talks: none may be
+    an input or a symbolic link (:func:`utils.io.guard_output`: the log is opened for streaming and would write
+    through a link into its target), and a killed writer's temporaries beside them are removed.  With ``warn``,
+    one line on stderr for each earlier run's file an AICB-style name makes this run replace
+    (:func:`workload_generator.entry.warn_replacing`).  Raises :class:`~utils.io.OutputError`.  Returns the
+    log's path."""
+    from log_analyzer.log import detail_path
+    from utils.io import guard_output
+    from workload_generator.entry import input_paths, warn_replacing
+
+    inputs = input_paths(values)
+    template = values.get("workload")
+    if template:
+        inputs["--workload"] = [template, template.replace("{pp_rank}", "0").replace("{rank}", "0")]
+    log = guard_output(log_path(base, values), inputs, "the log")
+    detail = guard_output(detail_path(log), inputs, "the detail CSV")
+    given = bool(values.get("output"))
+    if workload_path:
+        guard_output(workload_path, inputs, "-o/--output" if given else "the workload file")
+    if warn:
+        if not warn_replacing(log, prog, "and its detail CSV" if os.path.lexists(detail) else ""):
+            warn_replacing(detail, prog)
+        if workload_path and not given:
+            warn_replacing(workload_path, prog)
+    return log
+
+
+def memory_line(job: JobConfig, values: dict[str, Any]) -> str | None:
+    """The memory per GPU of an inference job the replay generates (``aicb.py --frame Inference``), as every
+    inference entry prints it (:func:`mocked_model.inference_memory.memory_per_gpu`: the busiest stage's rank);
+    None for training (``--memory`` prints its table) and for a ``--workload`` file (the flags do not describe it)."""
+    if job.training.frame != "Inference" or values.get("workload"):
+        return None
+    from mocked_model.inference_memory import memory_per_gpu
+
+    return memory_per_gpu(job.training.extra["inference_job"]).summary()
 
 
 def needs_shared_aiob(job: JobConfig, values: dict[str, Any]) -> bool:

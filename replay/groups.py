@@ -20,6 +20,8 @@ from utils.workload import CommGroup
 TOKENS = {
     CommGroup.tp_group: "tp", CommGroup.dp_group: "dp", CommGroup.pp_group: "pp", CommGroup.ep_group: "ep",
     CommGroup.ep_dp_group: "edp", CommGroup.ep_tp_group: "tp-ep", CommGroup.mp_group: "tp-pp",
+    CommGroup.cp_group: "cp", CommGroup.tp_cp_group: "tp-cp", CommGroup.dp_cp_group: "dp-cp",
+    CommGroup.cp_a2a_group: "hcp0", CommGroup.cp_p2p_group: "hcp1",
 }
 """RankGenerator token of each CommGroup (embedding_group and all_nodes are derived, see :func:`group_ranks`)."""
 

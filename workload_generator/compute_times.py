@@ -20,7 +20,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from mocked_model.aiob.compute_file import AICB_SECTIONS, CORE_PARTS, ComputeFile, sections_of
+from mocked_model.aiob.compute_file import (
+    AICB_SECTIONS,
+    CORE_PARTS,
+    ComputeFile,
+    device_mismatch,
+    device_words,
+    sections_of,
+)
 from utils.config import JobConfig
 from utils.errors import ConfigError, FormatError
 from utils.workload import WorkItem
@@ -40,6 +47,8 @@ class FillReport:
     missing: set[str] = field(default_factory=set)
     compute_file: str | None = None
     detail: str | None = None
+    device_warning: str | None = None
+    """Times measured on another device than ``--gpu_type`` names (used because the source was chosen)."""
 
     def summary(self) -> str:
         text = f"compute times: {self.source} ({self.filled} operations)"
@@ -64,16 +73,24 @@ class FillReport:
 
 
 def print_report(report: FillReport, log: Callable[[str], None] | None = print) -> None:
-    """The entries' account of a fill: the summary to ``log`` (stdout), what it lacks as a warning on stderr."""
+    """The entries' account of a fill: the summary to ``log`` (stdout), what it lacks and times of another device
+    than ``--gpu_type`` as warnings on stderr."""
     if log is not None:
         log(report.summary())
     if report.warning():
         print(f"warning: {report.warning()}", file=sys.stderr)
+    if report.device_warning:
+        print(f"warning: {report.device_warning}", file=sys.stderr)
 
 
 def phase_of(item: WorkItem) -> str:
     """``forward``, ``backward`` or ``recompute`` from the item's stage."""
     return item.stage.split(".", 1)[0]
+
+
+MOE_DISPATCH_OPS = frozenset({"moe_route", "moe_dispatch_meta", "moe_permute", "moe_unpermute", "moe_sort_chunks"})
+"""Megatron-core's router and token-dispatcher kernels (:mod:`mocked_model.compute.moe_ops`): an AIOB compute file
+(AICB's sections) has no section for them."""
 
 
 def file_times(compute: ComputeFile) -> Callable[[list[WorkItem], FillReport], None]:
@@ -86,6 +103,9 @@ def file_times(compute: ComputeFile) -> Callable[[list[WorkItem], FillReport], N
             meta = item.meta or {}
             sections = sections_of(meta.get("name", ""))
             if sections is None:
+                if meta.get("op") in MOE_DISPATCH_OPS:  # no AICB section times them: they cost 0, as in AICB
+                    item.time_ns = 0.0
+                    report.filled += 1
                 continue
             phase = phase_of(item)
             kind = meta.get("op") if phase == "backward" else "forward"
@@ -219,10 +239,24 @@ def measure_compute_file(job: JobConfig, values: dict[str, Any] | None = None,
         from mocked_model.aiob.measure import default_aiob_path, measure_job
     except ImportError as exc:
         raise ConfigError(f"--aiob_enable needs torch (pip install '.[torch]'): {exc}") from None
-    compute = measure_job(job, log=log)
+    from utils.io import guard_output
+
     path = default_aiob_path(job, values)
+    given = values or {}
+    guard_output(path, {"--comp_filepath": given.get("comp_filepath"), "--gpu_spec": given.get("gpu_spec")},
+                 "the AIOB compute file")  # before the minutes of timing
+    compute = measure_job(job, log=log)
     compute.write(path)
     return compute, path
+
+
+def _gpu_name(gpu_type: str | None) -> str | None:
+    """How messages name ``--gpu_type`` (a spec file by its GPU's name)."""
+    if not gpu_type:
+        return None
+    from mocked_model.compute.gpus import gpu_label
+
+    return gpu_label(gpu_type)
 
 
 def fill_job_times(items: Iterable[WorkItem], job: JobConfig, source: str, values: dict[str, Any] | None = None,
@@ -251,13 +285,27 @@ def fill_job_times(items: Iterable[WorkItem], job: JobConfig, source: str, value
         report = fill_compute_times(items, source, compute=compute)
         report.compute_file = path
         report.detail = f"measured on {compute.labels.get('device', 'this device')}"
+        why = device_mismatch(compute, t.gpu_type, _gpu_name(t.gpu_type))
+        if why:  # timing here was asked for (--aiob_enable): done, and said
+            report.device_warning = f"--aiob_enable timed this machine: {why}; the times are this device's"
         return report
     if source == "file":
         path = t.comp_filepath or (values or {}).get("comp_filepath")
-        if path and not os.path.isfile(path):
+        if not path:
+            raise ConfigError("--compute_source file needs --comp_filepath FILE")
+        if not os.path.isfile(path):
             raise ConfigError(f"--comp_filepath {path}: no such file")
-        report = fill_compute_times(items, source, path)
+        compute = ComputeFile.read(path)
+        report = fill_compute_times(items, source, compute=compute)
         report.compute_file = path
+        report.detail = device_words(compute)
+        why = device_mismatch(compute, t.gpu_type, _gpu_name(t.gpu_type))
+        if why:
+            if (values or {}).get("compute_source") != "file":
+                raise ConfigError(f"--comp_filepath {path}: {why}, and its times are that device's; give "
+                                  f"--compute_source model to estimate {_gpu_name(t.gpu_type)} with the compute model, or "
+                                  "--compute_source file to use the file's times anyway")
+            report.device_warning = f"--comp_filepath {path}: {why}; its times are that device's (--compute_source file)"
         return report
     if source == "model":
         from mocked_model.compute import gpu_spec, job_estimator

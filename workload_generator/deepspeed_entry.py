@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from utils.cli import parse_job
 from utils.errors import ConfigError
 from workload_generator.deepspeed import DeepSpeedConfig, deepspeed_workload
-from workload_generator.entry import default_workload_path, refuse_visual, report_memory
+from workload_generator.entry import prepare_output, refuse_visual, report_memory, training_workload_path
 
 
 def entry_main(argv: Sequence[str], prog: str, stages: tuple[int, ...], default_stage: int) -> int:
@@ -29,9 +29,9 @@ def entry_main(argv: Sequence[str], prog: str, stages: tuple[int, ...], default_
         other = "generate_deepspeed_stage3_workload" if config.stage == 3 else "generate_deepspeed_stage1_2_workload"
         raise ConfigError(f"--stage {config.stage}: {prog} generates ZeRO stage {' and '.join(map(str, stages))}; "
                           f"use {other}")
-    generator = deepspeed_workload(job, config)
-    workload = generator()
-    path = values.get("output") or default_workload_path(job, values, generator.name)
+    path, given = training_workload_path(job, values)
+    prepare_output(path, values, prog, given)
+    workload = deepspeed_workload(job, config)()
     workload.dump(path)
     print(f"Workload file generated: {path} ({len(workload)} items, ZeRO stage {config.stage}, "
           f"{job.parallel.dp} data-parallel ranks)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -84,6 +85,84 @@ def default_workload_path(job: JobConfig, values: dict[str, Any], generator_name
     name = (f"{generator_name}_{values.get('model_name') or job.model.name}_sp_{p.sequence_parallel}_iteration_{t.epoch_num}"
             f"_computationEnable_{t.computation_enable}_{p.world_size}n_workload.csv")
     return os.path.join(base, "mocked_workload", name.replace("*", "x").replace("/", "_"))
+
+
+def training_workload_path(job: JobConfig, values: dict[str, Any]) -> tuple[str, bool]:
+    """(where a training entry writes its workload CSV, whether ``-o/--output`` gave it): AICB's name of the
+    job's generator (``megatron`` for Megatron and DeepSeek, ``deepspeed_stage<N>``) unless ``--output`` names one.
+    Known before the workload is built, so that the output is checked before any work."""
+    given = values.get("output")
+    if given:
+        return given, True
+    name = "megatron"
+    if job.training.frame == "DeepSpeed":
+        from workload_generator.deepspeed import DeepSpeedConfig
+
+        name = f"deepspeed_stage{DeepSpeedConfig.from_values(job.training.extra).stage}"
+    return default_workload_path(job, values, name), False
+
+
+def input_paths(values: dict[str, Any]) -> dict[str, Any]:
+    """The files a job reads, by flag: an output may be none of them (:func:`utils.io.guard_output`)."""
+    return {flag: values.get(key) for flag, key in (("--comp_filepath", "comp_filepath"), ("--gpu_spec", "gpu_spec"),
+                                                    ("--workload", "workload"))}
+
+
+def prepare_output(path: str, values: dict[str, Any], prog: str, given: bool, what: str = "the output file") -> str:
+    """Check an output before any work (:func:`utils.io.guard_output`: not an input, not a symbolic link, not a
+    folder; a killed writer's temporaries beside it removed) and, for a name AICB's scheme made (``given``
+    False: no ``-o``), say on stderr when it replaces an earlier run's file (:func:`warn_replacing`).
+    Raises :class:`~utils.io.OutputError` (one line).  Returns ``path``."""
+    from utils.io import guard_output
+
+    guard_output(path, input_paths(values), "-o/--output" if given else what)
+    if not given:
+        warn_replacing(path, prog)
+    return path
+
+
+def warn_replacing(path: str, prog: str, also: str = "") -> bool:
+    """One line on stderr when ``path`` exists: AICB's file names hold only some of a job's flags (not tp, pp or
+    the batch), so two different jobs can map to one name, and the later would replace the earlier's results
+    without a word.  AICB users rerun the same commands and expect the newest result under the usual name, so
+    the file is replaced, not refused; the line names it, and how to keep both.  ``also``: what else goes
+    with it (``and its detail CSV``).  Returns whether it warned."""
+    if not os.path.lexists(path):
+        return False
+    print(f"{prog}: warning: replacing {path}{' ' + also if also else ''}, written by an earlier run (of this job, or "
+          "of another whose AICB-style name is the same: the name does not hold every flag); give --output_dir DIR "
+          "(or -o FILE) to keep both", file=sys.stderr, flush=True)
+    return True
+
+
+SIMAI_ENV = {
+    "AS_SEND_LAT": "the send latency of every flow",
+    "AS_NVLS_ENABLE": "NVLink SHARP for all-reduce",
+    "AS_NVLSTREE_ENABLE": "the NVLS tree algorithm",
+    "AS_PXN_ENABLE": "PXN, the inter-node proxy through NVLink",
+    "AS_LOG_LEVEL": "SimAI's log level",
+}
+"""SimAI's environment variables (its simulators read them: ``AS_SEND_LAT=3 AS_NVLS_ENABLE=1 ./bin/SimAI_simulator
+...`` in SimAI's README; ``MockNcclGroup.cc``, ``SimAiFlowModelRdma.cc``), and what each sets."""
+
+
+def ignored_simai_env(environ: dict[str, str] | None = None) -> list[str]:
+    """The :data:`SIMAI_ENV` variables set (to anything but an empty string) in ``environ`` (default: this
+    process's environment), in the table's order."""
+    env = os.environ if environ is None else environ
+    return [name for name in SIMAI_ENV if env.get(name, "") != ""]
+
+
+def note_ignored_simai_env(prog: str, why: str = "SimAI reads it when it simulates; the workload file does not "
+                           "depend on it", environ: dict[str, str] | None = None) -> list[str]:
+    """One note on stderr per SimAI variable set in the environment that ``prog`` does not use (a user moving
+    from SimAI's scripts would otherwise believe it applied); ``why`` says why it changes nothing here.
+    Returns the names noted.  The simulator, which does not model them either, calls it with its own ``why``."""
+    env = os.environ if environ is None else environ
+    names = ignored_simai_env(env)
+    for name in names:
+        print(f"{prog}: note: {name}={env[name]} ({SIMAI_ENV[name]}) is ignored: {why}", file=sys.stderr, flush=True)
+    return names
 
 
 def write_workload(workload: Workload, path: str) -> str:

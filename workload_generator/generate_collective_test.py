@@ -15,7 +15,7 @@ from typing import Any
 from utils.cli import parse_job, run_main
 from utils.config import JobConfig
 from workload_generator.collective_test import collective_test_name, collective_test_workload
-from workload_generator.entry import refuse_visual
+from workload_generator.entry import prepare_output, refuse_visual
 
 PROG = "generate_collective_test"
 
@@ -30,11 +30,12 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def write_sweep(job: JobConfig, values: dict[str, Any]) -> str:
+def write_sweep(job: JobConfig, values: dict[str, Any], prog: str = PROG) -> str:
     """Write the sweep's workload CSV where AICB puts it (or ``--output``); returns the path."""
-    workload = collective_test_workload(job)
     base = values.get("output_dir") or "results"
     path = values.get("output") or os.path.join(base, "mocked_workload", collective_test_name(job) + "_workload.csv")
+    prepare_output(path, values, prog, bool(values.get("output")))
+    workload = collective_test_workload(job)
     workload.dump(path)
     print(f"Workload file generated: {path} ({len(workload)} items)")
     return path

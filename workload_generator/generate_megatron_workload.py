@@ -11,7 +11,13 @@ from __future__ import annotations
 import sys
 
 from utils.cli import parse_job, run_main
-from workload_generator.entry import build_timed_workload, default_workload_path, refuse_visual, report_memory
+from workload_generator.entry import (
+    build_timed_workload,
+    prepare_output,
+    refuse_visual,
+    report_memory,
+    training_workload_path,
+)
 
 PROG = "generate_megatron_workload"
 
@@ -19,8 +25,9 @@ PROG = "generate_megatron_workload"
 def main(argv: list[str] | None = None) -> int:
     job, values = parse_job(argv, PROG, "Write the AICB workload CSV of a Megatron training iteration.")
     refuse_visual(values, PROG)
+    path, given = training_workload_path(job, values)
+    prepare_output(path, values, PROG, given)  # before any work: a symbolic link or an input is refused at once
     workload = build_timed_workload(job, values)  # --aiob_enable / --comp_filepath / --compute_source fill the times
-    path = values.get("output") or default_workload_path(job, values, "megatron")
     workload.dump(path)
     print(f"Workload file generated: {path} ({len(workload)} items, pipeline rank {job.parallel.pp_rank})")
     report_memory(job, values)

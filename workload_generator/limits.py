@@ -102,16 +102,35 @@ def megatron_items(job: JobConfig, stages: list[int] | None = None) -> int:
     return total
 
 
+def megatron_steps(job: JobConfig, stages: list[int] | None = None) -> int:
+    """Pipeline-schedule steps the generator walks for ``--epoch_num`` iterations of the given pipeline ranks
+    (default every rank): a forward and a backward per micro-batch and model chunk, and with pipeline stages
+    up to two p2p calls beside each.  The generator builds and walks every step even when a step adds no
+    item (tensor parallelism 1 and no computation items: a micro-batch of no items), so the steps bound the
+    work and the memory where the items do not: ``--global_batch 1e9`` made 2 billion steps of 2 items."""
+    p = job.parallel
+    chunks = -(-len(p.virtual_stage_layers(job.model.num_layers)) // p.pp)
+    per_micro = 2 * chunks * (2 if p.pp > 1 else 1)
+    return (len(stages) if stages is not None else p.pp) * job.training.epoch_num * p.ga * per_micro
+
+
 def check_megatron(job: JobConfig, stages: list[int] | None = None) -> None:
-    """Refuse a Megatron job whose workload (the given stages, or all: the simulator's whole job) is too big."""
+    """Refuse a Megatron job whose workload (the given stages, or all: the simulator's whole job) is too big:
+    its items, or the schedule steps that make them (:func:`megatron_steps`)."""
     if job.training.frame not in ("Megatron", "DeepSeek"):
         return
     items = megatron_items(job, stages)
     what = (f"the workload of pipeline rank {stages[0]}" if stages is not None and len(stages) == 1
             else f"the whole job ({job.parallel.pp} pipeline stages)")
-    check_items(items, limit_of(job), what,
-                f"--global_batch ({job.parallel.ga:,} micro-batches per iteration), --num_layers "
-                f"({job.model.num_layers:,}) or --epoch_num ({job.training.epoch_num:,})")
+    drivers = (f"--global_batch ({job.parallel.ga:,} micro-batches per iteration), --num_layers "
+               f"({job.model.num_layers:,}) or --epoch_num ({job.training.epoch_num:,})")
+    limit = limit_of(job)
+    check_items(items, limit, what, drivers)
+    steps = megatron_steps(job, stages)
+    if steps > limit:
+        raise ConfigError(f"{what} would walk about {steps:,} pipeline-schedule steps (for at most {items:,} items), "
+                          f"above the limit of {limit:,} (--max_items): lower {drivers}, or raise --max_items if "
+                          "the machine has the memory for it")
 
 
 # ---- DeepSpeed, the sweep, inference -------------------------------------------------------------------

@@ -210,6 +210,53 @@ class ComputeFile:
         return out
 
 
+_GPU_TOKEN = re.compile(r"^[A-Z]{1,3}[0-9]{2,4}[A-Z]?$")
+"""A GPU model in a name: ``H100``, ``A800``, ``H20``, ``GB200``, ``L40S``, ``MI300X`` (not ``80GB`` or ``HBM3``)."""
+
+
+def gpu_model(name: str | None) -> str | None:
+    """The GPU model a device label or ``--gpu_type`` names (``NVIDIA H100 80GB HBM3`` -> ``H100``,
+    ``h100-sxm`` -> ``H100``, ``A100_40G`` -> ``A100``), ``cpu`` for a CPU label (AIOB's ``cpu (x86_64, 8
+    threads)``), or None when it names none."""
+    if not name:
+        return None
+    text = str(name).strip()
+    if text.lower().startswith("cpu"):
+        return "cpu"
+    for token in re.split(r"[^A-Za-z0-9]+", text.upper()):
+        if _GPU_TOKEN.match(token):
+            return token
+    return None
+
+
+def device_mismatch(compute: ComputeFile, gpu_type: str | None, gpu_name: str | None = None) -> str | None:
+    """Why ``compute``'s times are not those of ``--gpu_type``: the device it records (its ``device:`` label;
+    AIOB writes it, the compute model's estimate names its GPU) is a CPU, or another GPU model.  None when they
+    agree, when no ``--gpu_type`` was asked for, or when either side names no model (AICB's files record no
+    device: nothing can be said).  ``gpu_name``: how to name the asked GPU (a spec file's GPU name)."""
+    label = compute.labels.get("device")
+    asked = gpu_model(gpu_name or gpu_type)
+    found = gpu_model(label)
+    if not gpu_type or asked is None or found is None or asked == found:
+        return None
+    asked_name = gpu_name or gpu_type
+    if found == "cpu":
+        detail = str(label)[3:].strip(" ()")
+        return f"it was measured on a CPU{f' ({detail})' if detail else ''}, not on --gpu_type {asked_name}"
+    if "estimate" in str(label):
+        return f"it holds the compute model's estimate for {found}, not for --gpu_type {asked_name}"
+    return f"it was measured on {label}, not on --gpu_type {asked_name}"
+
+
+def device_words(compute: ComputeFile) -> str:
+    """How a fill's summary names where a file's times come from: ``measured on <device>``, or that the file
+    does not say (AICB's files)."""
+    label = compute.labels.get("device")
+    if not label:
+        return "the file does not record its device (AICB's files do not)"
+    return label if "estimate" in label else f"measured on {label}"
+
+
 def _num(value: float) -> str:
     """A time as written: 3 decimals, none when they are all zero (decided on the rounded text, so that
     873.9996 is written ``874`` and reads back as it is written)."""

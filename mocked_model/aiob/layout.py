@@ -31,6 +31,9 @@ from utils.workload import WorkItem
 
 OPTIMIZER_SECTION = "param_time"
 """AICB's section for the per-iteration parameter work; ours holds the optimizer step."""
+OPTIMIZER_CAP = {"cuda": 1 << 26, "cpu": 1 << 22}
+"""Most parameters the optimizer op allocates (fp32 master, grad and two moments: 16 bytes each);
+bigger ranks are timed on this many and scaled linearly (Adam is memory bound, linear in size)."""
 
 
 @dataclass(frozen=True)
@@ -108,7 +111,7 @@ def representative_chunk(job: JobConfig) -> tuple[MegatronChunk, list[int]]:
     def factory(c: MegatronContext, j: JobConfig, index: int) -> TransformerLayer:
         return TransformerLayer(c, j, kinds[index])
 
-    return MegatronChunk(job, 0, len(kinds), True, True, ctx, layer_factory=factory), counts
+    return MegatronChunk(job, 0, len(kinds), True, True, ctx, layer_factory=factory, mtp_layers=0), counts
 
 
 def leaves(job: JobConfig) -> list[Leaf]:
@@ -284,7 +287,11 @@ def rank_params(job: JobConfig) -> int:
 
 def stage_chunks(job: JobConfig) -> list[MegatronChunk]:
     """The model chunks of ``--pp_rank``'s stage."""
-    return [MegatronChunk(job, first, count, pre, post) for first, count, pre, post in chunk_layout(job, job.parallel.pp_rank)]
+    from mocked_model.mtp import chunk_mtp_layers
+
+    mtp = chunk_mtp_layers(job, job.parallel.pp_rank)
+    return [MegatronChunk(job, first, count, pre, post, mtp_layers=mtp[c])
+            for c, (first, count, pre, post) in enumerate(chunk_layout(job, job.parallel.pp_rank))]
 
 
 def section_items(job: JobConfig) -> dict[tuple[str, str], dict[str, list[WorkItem]]]:

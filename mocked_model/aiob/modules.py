@@ -55,11 +55,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from mocked_model.aiob.layout import OpSpec
+from mocked_model.aiob.layout import OPTIMIZER_CAP, OpSpec
 
-OPTIMIZER_CAP = {"cuda": 1 << 26, "cpu": 1 << 22}
-"""Most parameters the optimizer op allocates (fp32 master, grad and two moments: 16 bytes each);
-bigger ranks are timed on this many and scaled linearly (Adam is memory bound, linear in size)."""
 TE_MISSING = "transformer_engine not importable"
 """How an op of the Transformer Engine stack that runs its torch fallback starts its ``implementation``."""
 FP8_RECIPES = {"delayed": "DelayedScaling", "tensorwise": "Float8CurrentScaling", "mxfp8": "MXFP8BlockScaling",
