@@ -90,7 +90,10 @@ def _open_stream(path: str, columns: list[str] | tuple[str, ...]) -> TextIO:
     cannot be written is an :class:`~utils.io.OutputError` naming it."""
     try:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        handle = open(path, "w", newline="", encoding="utf-8")  # noqa: SIM115 (the writer closes it)
+        # O_NOFOLLOW: a symbolic link placed at the path after the start-up check is refused, not written
+        # through (issue 28, item 7)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o666)
+        handle = open(fd, "w", newline="", encoding="utf-8")  # noqa: SIM115 (the writer closes it)
     except OSError as exc:
         from utils.io import OutputError
 

@@ -350,6 +350,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from simulator.inputs import input_files
     from utils.io import guard_output
 
+    if any(name.startswith("AS_") for name in os.environ):  # SimAI's settings (issue 28, item 21); import only then
+        from workload_generator.entry import note_ignored_simai_env
+
+        note_ignored_simai_env(PROG, why="this simulator does not model it")
     inputs = input_files(args)
     for flag, path in (("--trace", args.trace), ("--plot", args.plot)):
         if path:

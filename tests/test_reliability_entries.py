@@ -226,3 +226,32 @@ def test_a_killed_writers_temporary_is_removed_by_the_next_writer_of_its_folder(
     proc = _run("-m", "workload_generator.generate_megatron_workload", *TINY, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert not [p for p in folder.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_a_stale_cpu_aiob_file_does_not_answer_for_an_inference_gpu(tmp_path, capsys):
+    """Item 13, inference side: the README's block ran '-a' (AIOB on this CPU) and then '--gpu_type H100' for the same
+    job; the second run silently reused the CPU's file (TPOT 312,940 ms where the README says 37.3)."""
+    from mocked_model.aiob.compute_file import ComputeFile, SectionTimes
+    from utils.errors import ConfigError
+    from utils.inference_config import resolve_model
+    from utils.inference_job import InferenceJob
+    from workload_generator.inference import default_aiob_path, default_source, timed_step
+
+    job = InferenceJob(resolve_model("DeepSeek-671B"), "decode", 1024, 32, world_size=8, ep=8, gpu_type="H100",
+                       model_name="DeepSeek-671B")
+    path = default_aiob_path(job, str(tmp_path))
+    stale = ComputeFile(labels={"device": "cpu (x86_64, 2 threads)"}, sections={"x": SectionTimes(1.0, 1.0, 1.0)})
+    os.makedirs(os.path.dirname(path))
+    stale.write(path)
+    assert default_source(job, None, False, None, path) == "model"
+    note = capsys.readouterr().err
+    assert note.startswith(f"note: {path} is not used (") and "--compute_source model answers instead" in note
+    try:
+        timed_step(job, "file", path)  # chosen by --comp_filepath alone: refused, as for training
+    except ConfigError as exc:
+        assert "--compute_source model" in str(exc) and "--compute_source file" in str(exc)
+    else:
+        raise AssertionError("a CPU file for --gpu_type H100 was used without --compute_source file")
+    same = ComputeFile(labels={"device": "NVIDIA H100 80GB HBM3"}, sections={"x": SectionTimes(1.0, 1.0, 1.0)})
+    same.write(path)
+    assert default_source(job, None, False, None, path) == "file"  # measured on the GPU asked for: reused

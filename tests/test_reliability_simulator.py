@@ -81,3 +81,17 @@ def test_impossible_inference_files_are_refused_with_nothing_written(tmp_path):
             assert out.returncode == 2, (path.name, out.stdout, out.stderr)
             assert message in out.stderr and "Traceback" not in out.stderr
     assert not (tmp_path / "results").exists()
+
+
+def test_simais_environment_settings_are_named_by_the_simulator(tmp_path):
+    """Item 21: SimAI's AS_* variables changed nothing here without a word."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONDONTWRITEBYTECODE="1", AS_SEND_LAT="3")
+    out = subprocess.run([sys.executable, "-m", "simulator", "-w", str(EXAMPLES / "simai_workload_analytical.txt"),
+                          *SIMAI, "-q"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.startswith("simulator: note: AS_SEND_LAT=3 (") and "is ignored" in out.stderr

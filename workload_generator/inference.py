@@ -19,6 +19,7 @@ Computation times (``source``), in the README's order of preference ("Compute ti
 from __future__ import annotations
 
 import os
+import sys
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -75,8 +76,20 @@ def default_source(job: InferenceJob, given: str | None, aiob: bool, comp_filepa
         return given
     if aiob:
         return "aiob"
-    if comp_filepath or (aiob_path and os.path.isfile(aiob_path)):
+    if comp_filepath:
         return "file"
+    if aiob_path and os.path.isfile(aiob_path):
+        # an earlier AIOB run's file is reused only when it was measured on the GPU asked for: a CPU-timed file
+        # left behind by an earlier command must not answer for --gpu_type H100 (issue 28, item 13)
+        from mocked_model.aiob.compute_file import ComputeFile, device_mismatch
+
+        why = device_mismatch(ComputeFile.read(aiob_path), job.gpu_type)
+        if why is None:
+            return "file"
+        fallback = "model" if known_gpu(job.gpu_type) else "placeholder"
+        print(f"note: {aiob_path} is not used ({why}); --compute_source {fallback} answers instead "
+              "(--compute_source file uses it anyway)", file=sys.stderr)
+        return fallback
     return "model" if known_gpu(job.gpu_type) else "placeholder"
 
 
@@ -123,9 +136,10 @@ def file_filler(compute: Any) -> Callable[[list[WorkItem], FillReport], None]:
 
 
 def fill_inference_times(items: Iterable[WorkItem], job: InferenceJob, source: str,
-                         comp_filepath: str | None = None, compute: Any = None) -> FillReport:
+                         comp_filepath: str | None = None, compute: Any = None, explicit: bool = False) -> FillReport:
     """Set ``time_ns`` on every distinct computation item from ``source`` (see the module docstring).
-    ``compute`` is a measured or loaded compute file for ``aiob`` / ``file``."""
+    ``compute`` is a measured or loaded compute file for ``aiob`` / ``file``; a file measured on another device
+    than ``--gpu_type`` is refused unless ``explicit`` (``--compute_source file`` given), then named."""
     if source not in SOURCES:
         raise ConfigError(f"--compute_source {source!r} is not one of {', '.join(SOURCES)}")
     computations = distinct_computations(items)
@@ -172,6 +186,15 @@ def fill_inference_times(items: Iterable[WorkItem], job: InferenceJob, source: s
 
         compute = ComputeFile.read(comp_filepath)
         report.compute_file = comp_filepath
+    from mocked_model.aiob.compute_file import device_mismatch, device_words
+
+    why = device_mismatch(compute, job.gpu_type)
+    if why is not None:
+        if not explicit:
+            raise ConfigError(f"--comp_filepath {comp_filepath or report.compute_file}: {why}; give --compute_source model "
+                              "for the compute model's estimate, or --compute_source file to use these times anyway")
+        report.device_warning = f"{comp_filepath or report.compute_file}: {why}; used as asked (--compute_source file)"
+    report.detail = device_words(compute)
     file_filler(compute)(computations, report)
     return report
 
@@ -198,18 +221,21 @@ def measure_inference(job: InferenceJob, loops: int, path: str, log: Callable[[s
 
 
 def timed_step(job: InferenceJob, source: str, comp_filepath: str | None = None, loops: int = 1,
-               aiob_path: str | None = None, log: Callable[[str], None] | None = None) -> tuple[Workload, FillReport]:
-    """The workload of ``job``'s stage with computation times from ``source``."""
+               aiob_path: str | None = None, log: Callable[[str], None] | None = None,
+               explicit: bool = False) -> tuple[Workload, FillReport]:
+    """The workload of ``job``'s stage with computation times from ``source``; ``explicit``: the user gave
+    ``--compute_source`` (a file from another device is then used and named instead of refused)."""
     workload = InferenceWorkload(job)()
     compute = None
     if source == "aiob":
         path = aiob_path or default_aiob_path(job)
         compute = measure_inference(job, loops, path, log)
-        report = fill_inference_times(workload.items, job, "aiob", compute=compute)
+        # timed here because asked: a device other than --gpu_type is named, not refused
+        report = fill_inference_times(workload.items, job, "aiob", compute=compute, explicit=True)
         report.compute_file = path
         report.detail = f"measured on {compute.labels.get('device', 'this device')}"
     else:
         path = comp_filepath or (aiob_path if source == "file" else None)
-        report = fill_inference_times(workload.items, job, source, path)
+        report = fill_inference_times(workload.items, job, source, path, explicit=explicit)
     workload.compute_source = source
     return workload, report

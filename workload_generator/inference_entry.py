@@ -74,7 +74,7 @@ def generate(job: InferenceJob, values: dict[str, Any],
     source = default_source(job, values.get("compute_source"), values.get("aiob_enable", False),
                             values.get("comp_filepath"), aiob_path)
     workload, report = timed_step(job, source, values.get("comp_filepath"), values.get("aiob_forward_loops", 1),
-                                  aiob_path, log)
+                                  aiob_path, log, explicit=values.get("compute_source") == "file")
     return workload, report, memory
 
 
@@ -203,7 +203,8 @@ def stage_workload(job: Any, values: dict[str, Any], stage: int, log: Callable[[
     check_fits(ijob)
     source = default_source(ijob, values.get("compute_source"), False, values.get("comp_filepath"),
                             default_aiob_path(ijob))
-    workload, report = timed_step(ijob, source, values.get("comp_filepath"), 1, default_aiob_path(ijob))
+    workload, report = timed_step(ijob, source, values.get("comp_filepath"), 1, default_aiob_path(ijob),
+                                  explicit=values.get("compute_source") == "file")
     print_report(report, log)
     return workload
 
