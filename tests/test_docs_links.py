@@ -12,6 +12,8 @@ EXTERNAL = {
     "doc/PERFORMANCE.md",  # nccl-tests' own document, cited as such
     "docs/legacy.md",  # deepseek-ai/DeepEP's, cited with its repository
     "docs/performance-summary-archive.md",  # NVIDIA-NeMo/Megatron-Bridge's, cited with its repository
+    "docs/source/performance/perf-overview.md", "perf-overview.md",  # NVIDIA/TensorRT-LLM's
+    "docs/user-guide/features/pipeline_parallel_layout.md", "pipeline_parallel_layout.md",  # NVIDIA/Megatron-LM's
 }
 CITED = re.compile(r"(?<![\w/.-])([\w./-]+\.md)\b")
 
