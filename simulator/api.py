@@ -2,9 +2,13 @@
 
     >>> from simulator.api import simulate
     >>> from simulator.options import SimAIOptions, TopoOptions
-    >>> r = simulate("workload.txt", SimAIOptions(gpus_per_server=8, nics_per_server=8))   # SimAI 1.7's model
-    >>> r = simulate("workload.txt", "Spectrum-X_128g_8gps_400Gbps_H100")                  # ours, on a topology
-    >>> r = simulate(job, topology, TopoOptions(overlap_grad_reduce=True))                  # a JobConfig
+    >>> from utils.cli import parse_job
+    >>> w = "tests/data/examples/simai_workload_analytical.txt"
+    >>> topology = "tests/data/examples/topo_Spectrum-X_16g_8gps_400Gbps_H100"
+    >>> r = simulate(w, SimAIOptions(gpus_per_server=8, nics_per_server=8))                # SimAI 1.7's model
+    >>> job, _ = parse_job(["--model_name", "llama3_8B", "--world_size", "16", "--tensor_model_parallel_size", "8",
+    ...                     "--global_batch", "32", "--gpu_type", "H100"], "api", "")
+    >>> r = simulate(job, topology, TopoOptions(overlap_grad_reduce=True))                 # ours, a JobConfig
     >>> r.iteration_us, r.summary_table(), r.stage_table(), r.collective_table(), r.layer_table()
 
 ``workload``: a :class:`SimAIWorkload` or a path to one (both models); for ``topo`` also a

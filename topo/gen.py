@@ -53,7 +53,8 @@ def build_parser() -> CliParser:
     add("-gps", "--gpu_per_server", "--gps", type=integer, help="GPUs per server / NVLink domain (default 8; NVL 72)")
     add("-gt", "--gpu_type", help="GPU type in the header and file name (default H100; NVL GB200)")
     add("-nsps", "--nv_switch_per_server", type=integer, help="NVSwitch nodes per server (default 1)")
-    add("-nvbw", "--nvlink_bw", help="GPU-NVSwitch bandwidth (default 2880Gbps; NVL 7200Gbps)")
+    add("-nvbw", "--nvlink_bw", help="GPU-NVSwitch bandwidth (default: -gt's nominal NVLink rate per GPU and "
+        "direction, H100 3600Gbps, A100 2400Gbps, B200 7200Gbps; SimAI writes 2880Gbps for every type)")
     add("-nl", "--nv_latency", help="GPU-NVSwitch latency (default 0.000025ms)")
     add("-l", "--latency", help="NIC-ASW latency (default 0.0005ms; also ASW-PSW unless -apl)")
     add("-bw", "--bandwidth", help="NIC-ASW bandwidth (default 400Gbps; AlibabaHPN 200Gbps; NVL 800Gbps)")

@@ -1,6 +1,6 @@
 """Fill the computation items of a workload with times, from one of the compute-time sources.
 
-Sources, in the README's order of preference ("Compute times"): ``aiob`` (measured on this device), ``file`` (an AIOB
+Sources, in docs/compute.md's order of preference: ``aiob`` (measured on this device), ``file`` (an AIOB
 compute-time file, ``--comp_filepath``), ``model`` (the compute model's estimate for ``--gpu_type``,
 :mod:`mocked_model.compute`; ``roofline`` is its old name and still accepted) and
 ``placeholder`` (no times: consumers write AICB's placeholder of 1 ns).  The workload records which
@@ -260,11 +260,13 @@ def _gpu_name(gpu_type: str | None) -> str | None:
 
 
 def fill_job_times(items: Iterable[WorkItem], job: JobConfig, source: str, values: dict[str, Any] | None = None,
-                   log: Callable[[str], None] | None = None, prices: dict | None = None) -> FillReport:
+                   log: Callable[[str], None] | None = None, prices: dict | None = None,
+                   engine_host: bool = False) -> FillReport:
     """Fill the computation items of ``job`` from ``source``: ``aiob`` measures here and writes the
     compute file, ``file`` reads ``--comp_filepath``, ``model`` estimates for ``--gpu_type`` (each
     distinct operation priced once; ``prices`` keeps the prices across calls, see
-    :func:`mocked_model.compute.estimator`)."""
+    :func:`mocked_model.compute.estimator`; ``engine_host``: GPU times only, the simulator's host model issues
+    the kernels, :mod:`simulator.host_model`)."""
     t = job.training
     source = ALIASES.get(source, source)
     if source in ("aiob", "file") and t.frame == "DeepSpeed":
@@ -311,7 +313,7 @@ def fill_job_times(items: Iterable[WorkItem], job: JobConfig, source: str, value
         from mocked_model.compute import gpu_spec, job_estimator
 
         gpu = gpu_spec(t.gpu_type)
-        report = fill_compute_times(items, source, estimator=job_estimator(job, prices))
+        report = fill_compute_times(items, source, estimator=job_estimator(job, prices, engine_host))
         report.detail = f"compute-model estimate for {gpu.name} ({t.dtype})"
         return report
     return fill_compute_times(items, source)

@@ -4,7 +4,7 @@
     workload = InferenceWorkload(job)()                     # init block, then --epoch_num steps
     report = fill_inference_times(workload.items, job, "model")
 
-Computation times (``source``), in the README's order of preference ("Compute times"):
+Computation times (``source``), in docs/compute.md's order of preference:
 
 - ``aiob``: measured here on torch modules of each record (:mod:`mocked_model.aiob.inference`), written
   as AICB's inference compute file (``results/aiob_outputs/<model>-world_size<W>-tp<T>-pp1-ep<E>-bpg<B>-seq<S>-<phase>.txt``);
