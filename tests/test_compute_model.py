@@ -55,10 +55,14 @@ def test_large_gemm_by_hand():
     # A100, 8192^3 bf16: 256x128 tiles -> 32 x 64 = 2048 tiles, ceil(2048 / 108) = 19 waves, each
     # 2 * 256 * 128 * (8192 + 64) / 2.469401e12 s = 219.11 us -> 4163.05 us; the exposed epilogue
     # writes 8192^2 * 2 B at 1.65159e12 B/s = 81.27 us; plus 5.5 us: 4249.82 us = 258.7 TFLOP/s,
-    # He 2024's 258 with random inputs (the power-bound clock; 295 with zeros at 1410 MHz).
+    # He 2024's 258 with random inputs (the power-bound clock; 295 with zeros at 1410 MHz).  The operands
+    # (3 x 8192^2 x 2 B at 2.039e12 x 0.91 B/s = 217 us) are 0.051 of that: the smooth maximum (c^4 + m^4)^(1/4)
+    # adds c x 0.051^4 / 4 = 7 ns.
     main = 19 * 2 * 256 * 128 * (8192 + 64) / PER_SM
     epilogue = 8192**2 * 2 / HBM
-    assert gemm_ns(GemmShape(8192, 8192, 8192), "A100") == pytest.approx(5500 + (main + epilogue) * 1e9)
+    memory = 3 * 8192**2 * 2 / (2.039e12 * 0.91)
+    compute = main + epilogue
+    assert gemm_ns(GemmShape(8192, 8192, 8192), "A100") == pytest.approx(5500 + (compute**4 + memory**4) ** 0.25 * 1e9)
     assert gemm_ns(GemmShape(8192, 8192, 8192), "A100") == pytest.approx(4249.82e3, rel=1e-5)
     assert gemm_tflops(8192, 8192, 8192, "A100") == pytest.approx(258.7, abs=0.1)
 
@@ -70,9 +74,13 @@ def test_the_power_bound_clock():
     assert h200.tensor_flops("bf16") == pytest.approx(989.4e12 * 1485 / 1830)
     assert h200.tensor_flops("fp8") == pytest.approx(1978.9e12 * 1485 / 1830) and h200.peak_flops("bf16") == 989.4e12
     # the sustained 8192^3 measurement (718.0 TFLOP/s at 1485 MHz) is what the H200's efficiency was solved from:
-    # 15.5 waves of 256x128 tiles (2048 tiles / 132 SMs -> 16), 16 * 2 * 256 * 128 * 8256 / 5.674250e12 = 4.8800 ms
-    # + 5.5 us = 4.8855 ms -> 718.1 TFLOP/s
-    t = 16 * 2 * 256 * 128 * (8192 + 64) / H200_PER_SM + 5.5e-6
+    # 15.5 waves of 256x128 tiles (2048 tiles / 132 SMs -> 16), 16 * 2 * 256 * 128 * 8256 / 5.674250e12 = 1525.672 us;
+    # the operands, 3 x 8192^2 x 2 B at 4.8e12 x 0.91 B/s = 92.18 us, are 0.0604 of it: the smooth maximum
+    # (c^4 + m^4)^(1/4) adds c x 0.0604^4 / 4 = 5.1 ns; + 5.5 us = 1531.177 us -> 718.08 TFLOP/s
+    compute = 16 * 2 * 256 * 128 * (8192 + 64) / H200_PER_SM
+    memory = 3 * 8192**2 * 2 / (4.8e12 * 0.91)
+    t = (compute**4 + memory**4) ** 0.25 + 5.5e-6
+    assert (compute * 1e6, memory * 1e6, t * 1e6) == pytest.approx((1525.672, 92.183, 1531.177), abs=1e-3)
     assert gemm_ns(GemmShape(8192, 8192, 8192), "H200") == pytest.approx(t * 1e9)
     assert gemm_tflops(8192, 8192, 8192, "H200") == pytest.approx(718.0, abs=0.2)
     # the same die at the same 700 W: the H100 sustains the same clock; a GPU whose tensor rate is capped far below
@@ -86,10 +94,15 @@ def test_the_power_bound_clock():
 
 def test_a_gemm_at_a_measured_shape():
     # H200, 2048 x 12288 x 4096 (a QKV GEMM of Llama 3 8B at micro-batch 2048 tokens): 256x128 tiles, 8 x 96 = 768
-    # tiles, ceil(768 / 132) = 6 waves of 2 * 256 * 128 * (4096 + 64) / 5.674250e12 s = 48.05 us: 288.28 us + 5.5 us
-    # = 293.78 us -> 701.7 TFLOP/s.  The sweep measured 773.6 in a short burst (a higher clock than a training load
-    # sustains): the law, at the sustained clock, is 9.3% slower, as a long load is (8192^3: 783 burst vs 718 held).
-    t = 6 * 2 * 256 * 128 * 4160 / H200_PER_SM + 5.5e-6
+    # tiles, ceil(768 / 132) = 6 waves of 2 * 256 * 128 * (4096 + 64) / 5.674250e12 s = 48.05 us: 288.28 us.  The
+    # operands, (2048 x 4096 + 4096 x 12288 + 2048 x 12288) x 2 = 167,772,160 B at 4.8e12 x 0.91 B/s = 38.41 us, are
+    # 0.1332 of it: the smooth maximum adds 288.28 us x 0.1332^4 / 4 = 22.7 ns; + 5.5 us = 293.80 us -> 701.7
+    # TFLOP/s.  The sweep measured 773.6 in a short burst (a higher clock than a training load sustains): the law, at
+    # the sustained clock, is 9.3% slower, as a long load is (8192^3: 783 burst vs 718 held).
+    compute = 6 * 2 * 256 * 128 * 4160 / H200_PER_SM
+    memory = 167_772_160 / (4.8e12 * 0.91)
+    t = (compute**4 + memory**4) ** 0.25 + 5.5e-6
+    assert ((t - 5.5e-6 - compute) * 1e9, t * 1e6) == pytest.approx((22.7, 293.80), abs=0.01)
     assert gemm_ns(GemmShape(2048, 12288, 4096), "H200") == pytest.approx(t * 1e9)
     assert gemm_tflops(2048, 12288, 4096, "H200") == pytest.approx(701.7, abs=0.1)
     assert gemm_tflops(2048, 12288, 4096, "H200") / 773.6 - 1 == pytest.approx(-0.093, abs=0.001)
@@ -102,13 +115,16 @@ def test_small_gemm_by_hand_shows_the_efficiency_loss():
     #   128x128 (0.95 of the rate): 64 tiles, one wave of 2*128*128*1088 / (0.95 * 2.469401e12) = 15.20 us
     #   128x64 / 64x128 (0.85): 128 tiles, 2 waves = 16.99 us
     #   64x64 (0.75): 256 tiles, 3 waves of 2*64*64*1088 / (0.75 * 2.469401e12) = 14.44 us  <- fastest
-    # plus the epilogue 1024^2 * 2 / 1.65159e12 = 1.27 us and 5.5 us: 21.21 us = 101 TFLOP/s, 32% of
-    # peak against 82.9% at 8192^3.
-    expected_us = 5.5 + 3 * 2 * 64 * 64 * 1088 / (0.75 * PER_SM) * 1e6 + 1024**2 * 2 / HBM * 1e6
-    assert expected_us == pytest.approx(21.21, abs=0.01)
+    # plus the epilogue 1024^2 * 2 / 1.65159e12 = 1.27 us: 15.707 us.  The operands and result, 3 x 1024^2 x 2 B at
+    # 2.039e12 x 0.91 B/s = 3.391 us, are 0.216 of it: the smooth maximum (c^4 + m^4)^(1/4) adds 15.707 us x
+    # 0.216^4 / 4 = 8.5 ns; and 5.5 us: 21.216 us = 101 TFLOP/s, 32% of peak against 82.9% at 8192^3.
+    compute = 3 * 2 * 64 * 64 * 1088 / (0.75 * PER_SM) + 1024**2 * 2 / HBM
+    memory = 3 * 1024**2 * 2 / (2.039e12 * 0.91)
+    expected_us = 5.5 + (compute**4 + memory**4) ** 0.25 * 1e6
+    assert (compute * 1e6, memory * 1e6, expected_us) == pytest.approx((15.707, 3.391, 21.216), abs=1e-3)
     assert gemm_ns(GemmShape(1024, 1024, 1024), "A100") / 1e3 == pytest.approx(expected_us)
     small, large = gemm_tflops(1024, 1024, 1024, "A100"), gemm_tflops(8192, 8192, 8192, "A100")
-    assert small / 312 == pytest.approx(0.3246, abs=1e-3) and large / 312 == pytest.approx(0.829, abs=1e-3)
+    assert small / 312 == pytest.approx(0.3244, abs=1e-3) and large / 312 == pytest.approx(0.829, abs=1e-3)
 
 
 def test_wave_quantisation_and_hopper_epilogue():
@@ -118,11 +134,26 @@ def test_wave_quantisation_and_hopper_epilogue():
     full = gemm_ns(GemmShape(27648, 128, 4096), "A100")
     over = gemm_ns(GemmShape(27648 + 1, 128, 4096), "A100")
     assert over > full * 1.05
-    # Hopper hides the epilogue: a weight-gradient GEMM accumulating into fp32 costs more on A100 than
-    # its plain version, by the exposed 8-byte read-modify-write, and nothing on H100.
+    # Hopper hides the epilogue: a weight-gradient GEMM accumulating into fp32 costs more on A100 than its plain
+    # version, by the exposed 8-byte read-modify-write, and on H100 only through the memory side of the smooth
+    # maximum.  4096 x 4096 x 2048: 256x128 tiles, 16 x 32 = 512.  A100: 5 waves of 2 * 256 * 128 * 2112 /
+    # 2.469401e12 s = 280.25 us, plus the epilogue 4096^2 x 2 (plain) or x 8 (fp32 read and write) B at 1.65159e12
+    # B/s = 20.32 / 81.27 us; operands (2 x 4096 x 2048 x 2 B) and result at 2.039e12 x 0.91 B/s: 36.17 / 90.42 us;
+    # (c^4 + m^4)^(1/4): 300.59 / 361.87 us, 61.29 us apart (the exposed epilogue alone: 60.95).
     plain, acc = GemmShape(4096, 4096, 2048), GemmShape(4096, 4096, 2048, out_bytes=4, accumulate=True)
-    assert gemm_ns(acc, "A100") - gemm_ns(plain, "A100") == pytest.approx((4096**2 * 8 - 4096**2 * 2) / HBM * 1e9)
-    assert gemm_ns(acc, "H100") == pytest.approx(gemm_ns(plain, "H100"))
+    main = 5 * 2 * 256 * 128 * 2112 / PER_SM
+    operands = 2 * 4096 * 2048 * 2
+    a100 = [((main + 4096**2 * out / HBM) ** 4 + ((operands + 4096**2 * out) / (2.039e12 * 0.91)) ** 4) ** 0.25
+            for out in (2, 8)]
+    assert [t * 1e6 for t in a100] == pytest.approx([300.59, 361.87], abs=0.01)
+    assert gemm_ns(acc, "A100") - gemm_ns(plain, "A100") == pytest.approx((a100[1] - a100[0]) * 1e9)
+    # H100 (the H200's per-SM rate): 4 waves of 2 * 256 * 128 * 2112 / 5.674250e12 s = 97.57 us either way (no
+    # exposed epilogue); the operands and result at 3.35e12 x 0.91 B/s: 22.01 / 55.03 us (0.226 / 0.564 of the
+    # compute), so 97.64 / 99.95 us: the accumulation costs 2.3 us (2.4%), where the hard maximum had it free
+    main = 4 * 2 * 256 * 128 * 2112 / H200_PER_SM
+    h100 = [(main**4 + ((operands + 4096**2 * out) / (3.35e12 * 0.91)) ** 4) ** 0.25 for out in (2, 8)]
+    assert [t * 1e6 for t in h100] == pytest.approx([97.64, 99.95], abs=0.01)
+    assert gemm_ns(acc, "H100") - gemm_ns(plain, "H100") == pytest.approx((h100[1] - h100[0]) * 1e9)
 
 
 @pytest.mark.parametrize("shape, measured", [
@@ -312,11 +343,16 @@ def test_fp8_layer_gemms_at_fp8_peak_communication_in_bf16():
 def test_an_fp8_gemm_with_its_casts():
     # H200, FP8 (delayed scaling), the fc2 forward of Llama 3 8B: 8192 tokens x 14336 -> 4096.  The GEMM: 256x128
     # tiles, 32 x 32 = 1024 tiles, ceil(1024 / 132) = 8 waves of 2 * 256 * 128 * (14336 + 64) / (1978.9e12 x 1485 /
-    # 1830 x 0.8137 / 132 = 9.898961e12) s = 95.34 us: 762.7 us + 5.5 us = 768.2 us.  Its input (the activation's
+    # 1830 x 0.8137 / 132 = 9.898961e12) s = 95.34 us: 762.68 us; its operands (8192 x 14336 + 14336 x 4096 in one
+    # byte, the bf16 result 8192 x 4096 x 2: 243,269,632 B) at 4.8e12 x 0.91 B/s = 55.69 us are 0.073 of that: the
+    # smooth maximum adds 762.68 us x 0.073^4 / 4 = 5.4 ns; + 5.5 us = 768.19 us.  Its input (the activation's
     # bf16 output, 8192 x 14336) is cast with its transpose: read 2 bytes, write 1 + 1: 470 MB at 0.86 of 4.8 TB/s =
     # 113.8 us + 3 us.  Current scaling ("tensorwise") reads the input once more for its amax (235 MB: 56.9 us + 3 us).
     fp8_per_sm = 1978.9e12 * 1485 / 1830 * 0.8137 / 132
-    gemm_us = 8 * 2 * 256 * 128 * (14336 + 64) / fp8_per_sm * 1e6 + 5.5
+    compute = 8 * 2 * 256 * 128 * (14336 + 64) / fp8_per_sm
+    memory = 243_269_632 / (4.8e12 * 0.91)
+    gemm_us = (compute**4 + memory**4) ** 0.25 * 1e6 + 5.5
+    assert (gemm_us - 5.5 - compute * 1e6) * 1e3 == pytest.approx(5.4, abs=0.05)
     cast_us = 8192 * 14336 * 4 / (4.8e12 * 0.86) * 1e6 + 3
     assert (gemm_us, cast_us) == pytest.approx((768.2, 116.8), abs=0.1)
     item = WorkItem(CommType.computation, stage="forward.fc2", shapes=((8192, 1, 14336), (14336, 4096)),
@@ -489,12 +525,17 @@ def test_tp_comm_overlap_splits_the_layer_gemms():
     # Transformer Engine's userbuffers (--tp_comm_overlap, with SP): GPT-3 175B's QKV forward at TP 4 on H200,
     # 2048 tokens x 12288 -> 9216, runs as 4 GEMMs of 512 rows as each rank's share of the input arrives.  Whole:
     # 128x128 tiles (0.95 of the rate), 16 x 72 = 1152, 9 waves of 2 * 128 * 128 * (12288 + 64) / (0.95 x
-    # 5.674250e12) s = 75.07 us: 675.6 us + 5.5 us = 681.1 us.  A chunk of 512 rows: 128x64 tiles (0.85) fill 5
-    # waves of 576: 5 * 2 * 128 * 64 * 12352 / (0.85 * 5.674250e12) = 209.8 us + 5.5 us = 215.3 us, x 4 = 861.2 us:
-    # 26% more for the overlap's chunking.
-    whole = 9 * 2 * 128 * 128 * 12352 / (0.95 * H200_PER_SM) * 1e6 + 5.5
-    chunk = 5 * 2 * 128 * 64 * 12352 / (0.85 * H200_PER_SM) * 1e6 + 5.5
-    assert (whole, chunk) == pytest.approx((681.3, 215.3), abs=0.1)
+    # 5.674250e12) s = 75.085 us: 675.77 us; operands and result (2048 x 12288 + 12288 x 9216 + 2048 x 9216) x 2 B =
+    # 314.6 MB at 4.8e12 x 0.91 B/s = 72.02 us, 0.107 of it: the smooth maximum adds 21.8 ns; + 5.5 us = 681.29 us.
+    # A chunk of 512 rows: 128x64 tiles (0.85) fill 5 waves of 576: 5 * 2 * 128 * 64 * 12352 / (0.85 * 5.674250e12)
+    # = 209.80 us; its operands, (512 x 12288 + 12288 x 9216 + 512 x 9216) x 2 B = 248.5 MB: 56.89 us, 0.271 of it
+    # (each chunk reads all the weights): + 283 ns; + 5.5 us = 215.58 us, x 4 = 862.32 us: 26.6% more for the
+    # overlap's chunking.
+    def roofline_us(compute: float, nbytes: float) -> float:
+        return (compute**4 + (nbytes / (4.8e12 * 0.91)) ** 4) ** 0.25 * 1e6 + 5.5
+    whole = roofline_us(9 * 2 * 128 * 128 * 12352 / (0.95 * H200_PER_SM), (2048 * 12288 + 12288 * 9216 + 2048 * 9216) * 2)
+    chunk = roofline_us(5 * 2 * 128 * 64 * 12352 / (0.85 * H200_PER_SM), (512 * 12288 + 12288 * 9216 + 512 * 9216) * 2)
+    assert (whole, chunk) == pytest.approx((681.29, 215.58), abs=0.01)
     model = ModelConfig(name="gpt3_175B_slice", hidden_size=12288, num_layers=1, num_attention_heads=96,
                         vocab_size=1024, max_position_embeddings=2048)
 

@@ -131,12 +131,18 @@ def test_eager_permute_costs_more_kernels_than_the_fused_one():
 def test_grouped_gemm_of_uneven_experts_by_hand():
     # experts of 300, 100 and 0 tokens, n 256, k 512, bf16 on H100 (132 SMs).  Tiles over the sum of the experts:
     # 256x128 -> 4 + 2 = 6 tiles, 128x128 -> 6 + 2 = 8, 64x64 -> 5x4 + 2x4 = 28, ... all in one wave; the
-    # cheapest is 64x64 at 0.75 of the main-loop rate: 2 x 64 x 64 x (512 + 64) / (per-SM rate x 0.75);
-    # the empty expert costs nothing
+    # cheapest is 64x64 at 0.75 of the main-loop rate: 2 x 64 x 64 x (512 + 64) / (5.674250e12 x 0.75) = 1108.8 ns;
+    # the operands and results of the two non-empty experts, (300 x 512 + 512 x 256 + 300 x 256) x 2 + (100 x 512 +
+    # 512 x 256 + 100 x 256) x 2 = 1,138,688 B at 3.35e12 x 0.91 B/s = 373.5 ns, are 0.337 of it: the smooth
+    # maximum (c^4 + m^4)^(1/4) adds 1108.8 x 0.337^4 / 4 = 3.6 ns.  The empty expert costs nothing
     group = ((300, 256, 512), (100, 256, 512), (0, 256, 512))
     shape = GemmShape(400, 256, 512)
     per_sm = H100.tensor_flops("bf16") * H100.gemm_efficiency("bf16") / H100.sms
-    expected = GEMM_T0_NS + 2 * 64 * 64 * (512 + 64) / (per_sm * 0.75) * 1e9
+    compute = 2 * 64 * 64 * (512 + 64) / (per_sm * 0.75)
+    memory = 1_138_688 / (3.35e12 * 0.91)
+    assert (compute * 1e9, memory * 1e9) == pytest.approx((1108.8, 373.5), abs=0.1)
+    expected = GEMM_T0_NS + (compute**4 + memory**4) ** 0.25 * 1e9
+    assert expected - GEMM_T0_NS - compute * 1e9 == pytest.approx(3.55, abs=0.01)
     assert grouped_gemm_ns(shape, group, H100) == pytest.approx(expected)
 
 
@@ -144,11 +150,17 @@ def test_grouped_gemm_waves_count_the_sum_of_tiles():
     # 10 experts of 1000 tokens, n 1024, k 4096: tiles over all experts and their waves on 132 SMs:
     # 256x128 4 x 8 x 10 = 320 -> 3 waves, 128x256 8 x 4 x 10 = 320 -> 3, 128x128 8 x 8 x 10 = 640 -> 5,
     # 128x64 and 64x128 1280 -> 10, 64x64 2560 -> 20; waves x tm tn / factor: 98304, 98304, 86232 (128x128),
-    # 96376, 96376, 109227: the 128x128 tiles win, 5 waves of 2 x 128 x 128 x (4096 + 64) / (per-SM rate x 0.95)
-    # (compute-bound: 84 GFLOP against 186 MB of operands)
+    # 96376, 96376, 109227: the 128x128 tiles win, 5 waves of 2 x 128 x 128 x (4096 + 64) / (5.674250e12 x 0.95) s
+    # = 126.44 us (compute-bound: 84 GFLOP against 10 x (1000 x 4096 + 4096 x 1024 + 1000 x 1024) x 2 = 186,286,080 B
+    # of operands and results, 61.11 us at 3.35e12 x 0.91 B/s); at 0.483 of the compute the operands lift it through
+    # the smooth maximum by (1 + 0.483^4)^(1/4) = 1.0134: + 1.69 us
     group = tuple((1000, 1024, 4096) for _ in range(10))
     per_sm = H100.tensor_flops("bf16") * H100.gemm_efficiency("bf16") / H100.sms
-    expected = GEMM_T0_NS + 5 * 2 * 128 * 128 * (4096 + 64) / (per_sm * 0.95) * 1e9
+    compute = 5 * 2 * 128 * 128 * (4096 + 64) / (per_sm * 0.95)
+    memory = 186_286_080 / (3.35e12 * 0.91)
+    assert (compute * 1e6, memory * 1e6) == pytest.approx((126.44, 61.11), abs=0.01)
+    expected = GEMM_T0_NS + (compute**4 + memory**4) ** 0.25 * 1e9
+    assert (expected - GEMM_T0_NS) / 1e3 - compute * 1e6 == pytest.approx(1.69, abs=0.01)
     assert grouped_gemm_ns(GemmShape(10000, 1024, 4096), group, H100) == pytest.approx(expected)
     # a loop of the same GEMMs pays each one's waves: 8 x 8 = 64 tiles < 132 SMs, so cuBLAS splits k (the law's
     # split-k), and ten launches of T0; the grouped launch is not slower

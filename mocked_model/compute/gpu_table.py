@@ -30,6 +30,9 @@ SOURCES = {
     "H200_TRACE": "profiling/measurements/h200/megatron_core_steps/*.kernels.json: every kernel of three Megatron-core "
                   "steps under torch.profiler (the fp32 main-gradient add, torch AdamW's foreach kernels, the gaps "
                   "between kernels)",
+    "VIDUR_H100": "microsoft/vidur data/profiling/compute/h100/meta-llama/Llama-2-70b-hf/mlp.csv: Llama-2-70B's four "
+                  "linear layers timed on an H100 at 1-4096 tokens and TP 1-8 (medians in "
+                  "bench/data/vidur_h100_llama2_70b_linear.csv; bench/check_vidur_gemms.py compares the GEMM law)",
     "HE": "H. He, 'Strangely, Matrix Multiplications on GPUs Run Faster When Given \"Predictable\" Data!' "
           "(thonking.ai, 2024): A100 SXM bf16 cuBLAS 8192^3 258 TFLOP/s with randn inputs and 295 with zeros: the "
           "same kernel, so the gap is the power-bound clock",
@@ -64,7 +67,7 @@ SOURCES = {
 MEMORY_KINDS = (
     "stream", "copy", "add", "mixed_add", "activation", "fused_activation", "eager_swiglu", "norm", "rms_norm",
     "te_norm", "dropout_add", "softmax", "fused_softmax", "masked_fill", "cross_entropy", "fused_cross_entropy",
-    "rotary", "fused_rotary", "fp8_cast", "adam", "foreach",
+    "rotary", "fused_rotary", "fp8_cast", "adam", "foreach", "gemm_operands",
 )
 """Kinds of memory-bound kernel, each with its own share of the HBM rate (:attr:`GPUSpec.mem_eff`):
 
@@ -83,7 +86,9 @@ MEMORY_KINDS = (
   ``fused_rotary``: Transformer Engine's fused RoPE;
 - ``fp8_cast``: Transformer Engine's cast (and transpose) of a bf16 tensor to FP8;
 - ``adam``: a fused Adam step over fp32 parameters, gradients and moments; ``foreach``: torch's ``_foreach_*``
-  kernels (AdamW, copies, norms of many tensors).
+  kernels (AdamW, copies, norms of many tensors);
+- ``gemm_operands``: a GEMM kernel streaming its operands (the weights of a decode-shaped GEMM): the floor of
+  :func:`~mocked_model.compute.kernels.gemm_ns` when it is memory-bound.
 """
 
 
@@ -199,7 +204,8 @@ H200_SUSTAINED_MHZ = 1485.0
 H200_GEMM_EFF = 0.9329
 """[H200] the sustained 8192^3 GEMM, 718.0 TFLOP/s (median), at 1485 MHz: the shape law at that clock reaches it with
 a main-loop efficiency of 0.9329 (:func:`mocked_model.compute.calibrate.gemm_efficiency_for`; the law loses 3% of
-it to wave quantisation, 15.5 of 16 waves of 256x128 tiles on 132 SMs)."""
+it to wave quantisation, 15.5 of 16 waves of 256x128 tiles on 132 SMs; the operands' 92 us, joined by the smooth
+maximum, add 3e-6 of the 1.53 ms: 0.93285 either way)."""
 H200_FP8_SPEEDUP = 1.7444
 """[H200] median over 12 training shapes of the FP8 (e4m3, per-tensor scales) over bf16 GEMM rate, the GEMM
 alone: FP8's main loop reaches 1.744 / 2 of bf16's efficiency at twice the peak."""
@@ -229,6 +235,10 @@ H200_MEMORY = _kinds({
     # not measured: Megatron's and Transformer Engine's other fused kernels stream their minimal traffic at the rate
     # of a vectorised add ([H200] 0.86)
     "fused_softmax": 0.86, "fused_cross_entropy": 0.86, "fused_rotary": 0.86, "fp8_cast": 0.86,
+    # [VIDUR_H100] cuBLAS GEMMs of 1-64 tokens (weight-bound) streamed their operands at a median 0.91 of the HBM
+    # rate (176 GEMMs, the 5.5 us fixed cost taken off; quartiles 0.88-0.94): more than a copy kernel's 0.81, as
+    # TMA loads keep more bytes in flight.  Measured on an H100 (same Hopper memory system), carried to the others
+    "gemm_operands": 0.91,
 })
 KERNEL_US = 3.0
 """[H200_TRACE] llama3_8b_8l_sdpa: 4,636 kernels in a 1052.2 ms span with the GPU busy 1042.5 ms, 2.1 us idle per
@@ -330,23 +340,23 @@ GPUS: dict[str, GPUSpec] = {g.name: g for g in (
                         "kernels and the per-kernel cost; attention from [CUDNN_H200] (published, the same part)",
             measured=("sustained_mhz", "gemm_eff", "fp8_gemm_eff", "mem_eff", "kernel_us")),
     GPUSpec("B200", bf16_tflops=2250, fp8_tflops=4500, fp32_tflops=80, sms=148, hbm_tbps=8.0, memory_gib=180,
-            nvlink_gbps=900, **dict(_BLACKWELL, spec_mhz=B200_SPEC_MHZ, sustained_mhz=B200_SUSTAINED_MHZ, gemm_eff=0.8426,
-                                    fp8_gemm_eff=0.8204),
+            nvlink_gbps=900, **dict(_BLACKWELL, spec_mhz=B200_SPEC_MHZ, sustained_mhz=B200_SUSTAINED_MHZ, gemm_eff=0.8433,
+                                    fp8_gemm_eff=0.8210),
             source="NVIDIA DGX B200 datasheet, per GPU: FP16/BF16 2.25 PFLOPS dense, FP8 4.5 PFLOPS dense, "
                    "1,440 GB HBM3e per 8 GPUs (180 GB) at 8 TB/s each, NVLink5 1.8 TB/s bidirectional; "
                    "148 SMs (Blackwell architecture brief), 1,000 W",
             fp4_tflops=9000,
             calibration="[MAMF] 1745 TFLOP/s (1792x16128x3072) and FP8 3432.5 (15360x4096x3072), best of a sweep, "
-                        "taken at the datasheet clock: main-loop efficiencies 0.8426 and 0.8204; [FLASHINFER] the "
+                        "taken at the datasheet clock: main-loop efficiencies 0.8433 and 0.8210; [FLASHINFER] the "
                         "sustained clock; attention [CUDNN_GB200]; memory-kernel shares as the H200 (not measured)"),
     GPUSpec("GB200", bf16_tflops=2500, fp8_tflops=5000, fp32_tflops=90, sms=148, hbm_tbps=8.0, memory_gib=186,
-            nvlink_gbps=900, **dict(_BLACKWELL, spec_mhz=GB200_SPEC_MHZ, sustained_mhz=GB200_SUSTAINED_MHZ, gemm_eff=0.8720,
-                                    fp8_gemm_eff=0.8236),
+            nvlink_gbps=900, **dict(_BLACKWELL, spec_mhz=GB200_SPEC_MHZ, sustained_mhz=GB200_SUSTAINED_MHZ, gemm_eff=0.8725,
+                                    fp8_gemm_eff=0.8296),
             source="NVIDIA GB200 NVL72 datasheet, per Blackwell GPU: FP16/BF16 2.5 PFLOPS dense, FP8 5 PFLOPS "
                    "dense, 13.4 TB HBM3e per 72 GPUs (186 GB) at 8 TB/s each, NVLink5 1.8 TB/s bidirectional, 1,200 W",
             fp4_tflops=10000,
             calibration="[MAMF] 1822 TFLOP/s (4096x9728x2048) and FP8 3615.6 (19456x5120x1536), best of a sweep, "
-                        "at the datasheet clock: main-loop efficiencies 0.8720 and 0.8236; the sustained clock derived "
+                        "at the datasheet clock: main-loop efficiencies 0.8725 and 0.8296; the sustained clock derived "
                         "from the B200's; attention [CUDNN_GB200]; memory-kernel shares as the H200 (not measured)"),
 )}
 ALIASES = {"A100SXM": "A100", "A10080G": "A100", "A10080GB": "A100", "A100SXM480GB": "A100", "A10040GB": "A100_40G",

@@ -10,7 +10,8 @@ group of GEMMs of different sizes, each thread block iterating over the problems
     t = T0 + ceil(sum_e tiles_e / SMs) * 2 tm tn (k_bar + K_FILL) / (per-SM rate x tile factor)
     tiles_e = ceil(m_e / tm) * ceil(n_e / tn),   k_bar = sum_e tiles_e k_e / sum_e tiles_e
 
-minimised over the tile shapes, never faster than moving every expert's operands through HBM once.  An expert
+minimised over the tile shapes, joined to the time of moving every expert's operands through HBM once by the smooth
+maximum of :func:`~mocked_model.compute.kernels.gemm_ns` (:func:`~mocked_model.compute.kernels.roofline`).  An expert
 of few tokens still costs whole tiles (a 64-row tile for 10 tokens), which is how small per-expert counts lose
 efficiency; experts of no tokens cost nothing.  Grouped kernels do not split ``k``.  The weight gradient's
 GEMMs vary in ``k`` (the expert's tokens) rather than ``m``: their tiles are alike and ``k_bar`` carries the
@@ -23,7 +24,7 @@ import math
 from collections.abc import Sequence
 
 from mocked_model.compute.gpu_table import GPUSpec
-from mocked_model.compute.kernels import GEMM_T0_NS, K_FILL, KIND_BYTES, TILES, GemmShape
+from mocked_model.compute.kernels import GEMM_T0_NS, K_FILL, KIND_BYTES, TILES, GemmShape, roofline
 
 
 def grouped_gemm_ns(shape: GemmShape, group: Sequence[tuple[int, int, int]], gpu: GPUSpec) -> float:
@@ -45,4 +46,5 @@ def grouped_gemm_ns(shape: GemmShape, group: Sequence[tuple[int, int, int]], gpu
     hbm = gpu.hbm_bytes_per_s * gpu.memory_efficiency("stream")
     traffic = sum((m * k + k * n) * size + m * n * out for m, n, k in problems)
     epilogue = 0.0 if gpu.epilogue_overlap else sum(m * n * out for m, n, _ in problems) / hbm
-    return GEMM_T0_NS + max(best + epilogue, traffic / hbm) * 1e9
+    operands = gpu.hbm_bytes_per_s * gpu.memory_efficiency("gemm_operands")  # as kernels.gemm_ns's floor
+    return GEMM_T0_NS + roofline(best + epilogue, traffic / operands) * 1e9

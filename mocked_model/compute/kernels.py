@@ -20,7 +20,14 @@ and runs the blocks in waves of one per SM.  So::
 - the epilogue writes the ``m x n`` result (and reads it first when accumulating into fp32 main
   gradients, Megatron's ``gradient_accumulation_fusion``); on Ampere each wave's epilogue is exposed,
   Hopper's persistent kernels hide it behind other tiles' main loops (``GPUSpec.epilogue_overlap``);
-- the whole kernel is never faster than moving its operands and result through HBM once.
+- the whole kernel is never faster than moving its operands and result through HBM once, at the share of
+  the HBM rate a GEMM's operand loads reach (``mem_eff['gemm_operands']``); near the ridge, where both
+  bounds are close, neither is reached: the two join as a smooth maximum ``(c^4 + m^4)^(1/4)``
+  (:data:`ROOFLINE_P`), which lifts a GEMM exactly at the ridge by 2^(1/4) = 1.19 and one at half the other
+  bound by 1.6%.  The exponent is the one that puts Vidur's 4,144 H100 GEMMs of Llama-2-70B's linear layers
+  (1-4096 tokens, TP 1-8; bench/check_vidur_gemms.py) at a median predicted/measured of 0.99-1.04 in every
+  token band: with a hard maximum (``p`` infinite) the 65-255-token band, where decode batches sit, is 7%
+  too fast, with ``p`` 2 every band is 5-13% too slow.
 
 ``T0`` (5.5 us) is the fixed cost of a cuBLAS GEMM launch, its ramp and tail: the floor of OpenXLA's
 measured H100 table (256 x 512 x 256 and other tiny shapes take 5.9 us, see bench/check_gemm_law.py).
@@ -57,6 +64,9 @@ TILES: tuple[tuple[int, int, float], ...] = (
     # roughly in that order
     (256, 128, 1.0), (128, 256, 1.0), (128, 128, 0.95), (128, 64, 0.85), (64, 128, 0.85), (64, 64, 0.75),
 )
+ROOFLINE_P = 4.0
+"""Exponent of the smooth maximum joining a GEMM's compute and memory times (module docstring; kernel-level
+measurements: [VIDUR_H100] in mocked_model/compute/gpu_table.py)."""
 HOST_US_PER_LAUNCH = 5.0
 """Host time to launch one kernel from eager PyTorch (Python, autograd, the dispatcher, ``cudaLaunchKernel``): walk-
 throughs of PyTorch's dispatch tabulate 5-25 us of CPU work per operator (jiahuanglin.xyz, 'From PyTorch op to kernel
@@ -131,8 +141,17 @@ def gemm_ns(shape: GemmShape, gpu: GPUSpec | str) -> float:
             t += shape.batch * m * n * 4 * split * 2 / hbm
         best = min(best, t)
     epilogue = 0.0 if gpu.epilogue_overlap else shape.out_traffic / hbm
-    memory = shape.bytes / hbm
-    return GEMM_T0_NS + max(best + epilogue, memory) * 1e9
+    memory = shape.bytes / (gpu.hbm_bytes_per_s * gpu.memory_efficiency("gemm_operands"))
+    return GEMM_T0_NS + roofline(best + epilogue, memory) * 1e9
+
+
+def roofline(compute_s: float, memory_s: float) -> float:
+    """The time of a kernel bound by ``compute_s`` and ``memory_s``: their smooth maximum of exponent
+    :data:`ROOFLINE_P` (the module docstring says why not a hard maximum)."""
+    top = max(compute_s, memory_s)
+    if top <= 0:
+        return 0.0
+    return top * ((compute_s / top) ** ROOFLINE_P + (memory_s / top) ** ROOFLINE_P) ** (1.0 / ROOFLINE_P)
 
 
 def memory_ns(nbytes: float, gpu: GPUSpec | str, kernels: int = 1, kind: str = "stream") -> float:

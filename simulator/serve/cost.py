@@ -19,9 +19,10 @@ A step of ``t`` tokens (prefill chunks and decodes together) costs, per pipeline
   many tokens (:func:`mocked_model.inference.stage_groups`: each kind of layer once, times its count) and pricing
   them with the compute model and the topology's collective costs, memoized by token count: **exactly** up to
   :data:`EXACT_TOKENS` tokens and, above it, at both ends of every :data:`GRID_TOKENS`-token segment with linear
-  interpolation inside (``memo="exact"`` prices every count; the interpolation's error, measured in
-  tests/test_serve_cost.py and the README, is 1e-15 for dense models and at most 0.4% of a step for Qwen3-Next's
-  chunked DeltaNet over 1025-8192 tokens);
+  interpolation inside (``memo="exact"`` prices every count; the interpolation's error over 1025-8192 tokens,
+  measured in tests/test_serve_cost.py, is 2.5e-7 of a step for dense models (the GEMMs' smooth maximum of compute
+  and operand time is convex in the tokens: the chord lies above it), and up to 3.5% for Qwen3-Next, whose expert
+  GEMMs change tile rows inside a segment);
 - **decode attention** from ``decode_context`` (the KV bytes every decoding sequence's cache holds, read once at the
   decode kernel's rate, and its FLOPs, :func:`mocked_model.compute.inference_ops._decode_attention_kernels`' law);
 - **prefill attention** from ``prefill_attention``: ``2 x heads x (d_qk + d_v) x (prefill_attention -
@@ -133,7 +134,8 @@ class _Memo:
         if self.exact is None or n <= self.exact:
             return self._at(n)
         # the segment (G k, G (k + 1)]: a GEMM's tiles (64, 128 or 256 rows) and waves change only at its start, so
-        # inside it the law is linear (or a max of linear pieces); priced at both ends, interpolated between
+        # inside it the law is nearly linear (a smooth maximum of a fixed compute time and a linear operand time);
+        # priced at both ends, interpolated between
         lo = n - (n - 1) % self.grid
         hi = lo + self.grid - 1
         if n in (lo, hi):
@@ -183,6 +185,8 @@ class ModelStepCost:
         self.graphs, self.host = cuda_graphs, host
         self.tbo = two_batch_overlap and job.model.is_moe and job.ep > 1
         self.k = job.speculative_tokens
+        self.speculative_tokens = self.k
+        """Draft tokens each decoding sequence verifies per step (the engine charges ``1 + K`` budget tokens)."""
         self.acceptance_rate = acceptance_rate
         self.tokens_per_decode_step = accepted_tokens(self.k, acceptance_rate)
         """Tokens each decoding sequence emits per step on average (1 without speculative decoding)."""
