@@ -124,15 +124,18 @@ class TransformerLayer(MockedModule):
         self.layer, self.full_recompute = layer, recompute == "full"
         h, p = model.hidden_size, f"layers.{layer}"
         mlp_sub = "moe" if model.is_moe_layer(layer) else "mlp"
+        # selective recomputation by Megatron's --recompute-modules: core_attn, layernorm (the norms Transformer Engine
+        # does not fuse into the next linear: TransformerLayer.recompute_input_layernorm / _pre_mlp_layernorm)
+        modules = job.training.recompute_modules if recompute == "selective" else ()
         self.attention_part = [
             norm(ctx, f"{p}.input_layernorm", model.normalization, h, layer, "attention",
-                 feeds_linear=not model.multi_latent_attention),
-            *self._attention(ctx, job, layer, recompute == "selective"),
+                 feeds_linear=not model.multi_latent_attention, recompute="layernorm" in modules),
+            *self._attention(ctx, job, layer, "core_attn" in modules),
             bias_dropout_add(ctx, f"{p}.self_attn_bda", layer, "attention"),
         ]
         self.mlp_part = [
             norm(ctx, f"{p}.pre_mlp_layernorm", model.normalization, h, layer, mlp_sub,
-                 feeds_linear=mlp_sub == "mlp"),
+                 feeds_linear=mlp_sub == "mlp", recompute="layernorm" in modules),
             *self._mlp(ctx, job, layer),
             bias_dropout_add(ctx, f"{p}.mlp_bda", layer, mlp_sub),
         ]

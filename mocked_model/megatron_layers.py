@@ -234,9 +234,10 @@ class Elementwise(MockedModule):
     """
 
     def __init__(self, ctx: MegatronContext, name: str, op: str, shape: tuple[int, ...], layer: int | None, sub: str,
-                 label: str, params: list[MockedParam] | None = None, **options) -> None:
+                 label: str, params: list[MockedParam] | None = None, recompute: bool = False, **options) -> None:
         super().__init__(name)
         self.ctx, self.op, self.shape, self.layer, self.sub, self.label = ctx, op, shape, layer, sub, label
+        self.recompute = recompute  # selective recomputation: its forward again in backward (--recompute_modules)
         self.options = options
         self.params.extend(params or [])
 
@@ -248,11 +249,13 @@ class Elementwise(MockedModule):
         return [self._item(phase)] if self.ctx.compute else []
 
     def build_backward(self) -> list[WorkItem]:
-        return [self._item("backward")] if self.ctx.compute else []
+        if not self.ctx.compute:
+            return []
+        return [self._item("recompute"), self._item("backward")] if self.recompute else [self._item("backward")]
 
 
 def norm(ctx: MegatronContext, name: str, kind: str, width: int, layer: int | None, sub: str,
-         feeds_linear: bool = False) -> Elementwise:
+         feeds_linear: bool = False, recompute: bool = False) -> Elementwise:
     """LayerNorm (weight and bias) or RMSNorm (weight) over ``width``, on the local sequence: fused (Transformer
     Engine's or apex's) unless the stack has neither; ``feeds_linear``: Transformer Engine fuses it into the next
     linear (``TELayerNormColumnParallelLinear``), which under FP8 takes its output in FP8."""
@@ -260,10 +263,13 @@ def norm(ctx: MegatronContext, name: str, kind: str, width: int, layer: int | No
     if kind == "LayerNorm":
         params.append(MockedParam(f"{name}.bias", (width,), tp_sharded=False, sequence_parallel=ctx.sp))
     options = {"norm": kind, "fused": ctx.stack.fused_extensions}
-    if feeds_linear and ctx.stack.te and ctx.fp8_recipe is not None:
-        options["fp8_out"] = True
+    if feeds_linear and ctx.stack.te:
+        options["in_linear"] = True  # TELayerNormColumnParallelLinear: one module with the GEMM (host cost, recompute)
+        if ctx.fp8_recipe is not None:
+            options["fp8_out"] = True
+    # Megatron recomputes a norm only where it is its own module (an IdentityOp inside LayerNormLinear is not)
     return Elementwise(ctx, name, "norm", (ctx.seq_local, ctx.micro, width), layer, sub, f"Megatron{kind}", params,
-                       **options)
+                       recompute=recompute and not options.get("in_linear"), **options)
 
 
 def bias_dropout_add(ctx: MegatronContext, name: str, layer: int, sub: str) -> Elementwise:

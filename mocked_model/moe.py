@@ -350,6 +350,7 @@ class Experts(MockedModule):
     def __init__(self, ctx: MegatronContext, shape: MoEShape, layer: int) -> None:
         super().__init__(f"layers.{layer}.mlp.experts")
         self.ctx, self.shape, self.layer = ctx, shape, layer
+        self.recompute_act = False
         self.fc1_out = (2 if shape.swiglu else 1) * shape.ffn // shape.etp
         self.fc2_in = shape.ffn // shape.etp
         for e in range(shape.local_experts):
@@ -383,15 +384,29 @@ class Experts(MockedModule):
                        {**_meta(self.layer, "moe", "swiglu" if s.swiglu else "gelu", self.name),
                         "fused": self.ctx.stack.bias_act_fused, "weighted": True})
 
+    def _bias(self, phase: str) -> list[WorkItem]:
+        """fc2's bias, added per expert after Transformer Engine's grouped GEMM (``TEGroupedMLP._apply_bias``; fc1's is
+        fused into the activation); none without biases or without grouped GEMMs (a TE linear adds it in the GEMM)."""
+        s = self.shape
+        if not (self.ctx.bias and s.grouped):
+            return []
+        return [compute(f"{phase}.MoEExperts.{self.name}.fc2_bias", ((sum(s.expert_tokens), s.hidden),), None,
+                        {**_meta(self.layer, "moe", "moe_expert_bias", f"{self.name}.fc2_bias"),
+                         "experts": s.local_experts})]
+
     def build_forward(self, phase: str) -> list[WorkItem]:
         if not self.ctx.compute:
             return []
-        return self._gemms(phase, "fc1", ("gemm",)) + [self._act(phase)] + self._gemms(phase, "fc2", ("gemm",))
+        return (self._gemms(phase, "fc1", ("gemm",)) + [self._act(phase)] + self._gemms(phase, "fc2", ("gemm",))
+                + self._bias(phase))
 
     def build_backward(self) -> list[WorkItem]:
         if not self.ctx.compute:
             return []
-        return (self._gemms("backward", "fc2", ("dgrad", "wgrad")) + [self._act("backward")]
+        # --recompute_modules moe_act: the activation's forward again before fc2's backward needs its output
+        # (TEGroupedMLP.activation_checkpoint, megatron/core/transformer/moe/experts.py)
+        again = [self._act("recompute")] if self.recompute_act else []
+        return (self._bias("backward") + again + self._gemms("backward", "fc2", ("dgrad", "wgrad")) + [self._act("backward")]
                 + self._gemms("backward", "fc1", ("dgrad", "wgrad")))
 
 
@@ -438,6 +453,7 @@ def moe_mlp(ctx: MegatronContext, job: JobConfig, layer: int) -> list[MockedModu
     shape = MoEShape(ctx, job)
     router = Router(ctx, shape, layer)
     experts = Experts(ctx, shape, layer)
+    experts.recompute_act = job.training.recompute == "selective" and "moe_act" in job.training.recompute_modules
     if not job.model.n_shared_experts:
         return [router, TokenDispatch(ctx, shape, layer, combine=False), experts,
                 TokenDispatch(ctx, shape, layer, combine=True)]

@@ -176,15 +176,20 @@ def _job_name(job: Any, values: dict[str, Any]) -> str:
 
 def json_summary(result: Any, job: Any = None) -> dict[str, Any]:
     """The ``--json`` object: iteration, the busiest stage's compute, exposed communication (every group,
-    pipeline transfers included) and bubble, in seconds, model TFLOP/s per GPU and MFU (Megatron's FLOP
-    count, recomputation excluded, against the dense bf16 peak)."""
+    pipeline transfers included), the GPU waiting for the host (``host_s``, topo with the compute model) and bubble,
+    in seconds, model TFLOP/s per GPU and MFU (Megatron's FLOP count, recomputation excluded, against the dense bf16
+    peak)."""
     t = result.totals
     iteration_s = result.iteration_us / 1e6
+    details = result.details
+    host_us = details.stages[details.reported_stage].host_us if details is not None else 0.0
     out: dict[str, Any] = {
         "model": result.model, "iteration_s": iteration_s, "compute_s": t.compute_us / 1e6,
-        "exposed_comm_s": max(t.total_us - t.compute_us - t.bubble_us, 0.0) / 1e6, "bubble_s": t.bubble_us / 1e6,
+        "exposed_comm_s": max(t.total_us - t.compute_us - t.bubble_us - host_us, 0.0) / 1e6,
+        "bubble_s": t.bubble_us / 1e6,
     }
-    details = result.details
+    if host_us:
+        out["host_s"] = host_us / 1e6
     flops = details.model_flops if details is not None else None
     mfu = details.mfu if details is not None else None
     gpus = result.setup.get("gpus")
@@ -251,9 +256,11 @@ def simulate_args(args: argparse.Namespace) -> tuple[Any, str, Any]:
         stray = sorted(d for d in args.job_flags if hasattr(args, d))
         if stray:
             raise ConfigError(f"--{stray[0]} describes a job: give the job's flags without -w, or -w FILE without them")
-    from mocked_model.compute.gpus import is_spec_file
+    spec_file = False
+    if args.gpu_type is not None:  # (the compute model's table only when a GPU is named: a SimAI run imports none of it)
+        from mocked_model.compute.gpus import is_spec_file
 
-    spec_file = args.gpu_type is not None and is_spec_file(args.gpu_type)
+        spec_file = is_spec_file(args.gpu_type)
     gpu_type = _simai_gpu(args.gpu_type) if job is not None or spec_file else args.gpu_type
     workload: Any = args.workload
     if workload is not None and args.lenient:

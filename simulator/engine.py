@@ -33,10 +33,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from simulator.host_model import HostClock, uses_host
 from simulator.programs import ASYNC, COMM, COMPUTE, GRAD, GRAD_WAIT, GROUP_CATEGORY, SYNC, Program, StageScript
 
-CATEGORIES = ("TP", "EP", "DP", "DP_EP", "PP", "other", "CP")
-"""Exposed-comm terms a stage's time is booked to (besides compute and bubble)."""
+CATEGORIES = ("TP", "EP", "DP", "DP_EP", "PP", "other", "CP", "host")
+"""Exposed terms a stage's time is booked to (besides compute and bubble): comm per category, and ``host``, the GPU
+waiting for the CPU to issue its next op (:mod:`simulator.host_model`)."""
 
 
 @dataclass
@@ -76,7 +78,11 @@ def compile_program(program: Program, durations: Sequence[float], contention: fl
     blocks occupy that share of the SMs): a compute op of ``d`` seconds started with ``x`` seconds of
     collective left ends after ``d + contention * x`` (``d / (1 - contention)`` when the collective outlasts
     it); the slowdown is booked to the collective's exposed time, and so is any wait for it past the end.
+
+    Ops with host costs (:mod:`simulator.host_model`) start no earlier than the CPU issues them; the compute stream's
+    wait for the CPU is booked to ``exposed_s['host']``.
     """
+    host = HostClock() if uses_host(program.ops) else None
     t = 0.0
     overlap_free = 0.0
     overlap_cat = ""
@@ -102,11 +108,20 @@ def compile_program(program: Program, durations: Sequence[float], contention: fl
             t = end
 
     for index, (op, d) in enumerate(zip(program.ops, durations)):
+        kind = op.kind
+        issued = 0.0
+        if host is not None:
+            if kind == COMM or kind == SYNC:
+                settle()  # a blocking collective waits for the overlapped one on the stream first
+            issued = host.issue(op, t, kind != COMPUTE)
+            if issued > t and (kind == COMPUTE or kind == COMM or kind == SYNC):
+                exposed["host"] += issued - t
+                intervals.append((t, issued - t, "host", "host", "waiting for the host", op.layer))
+                t = issued
         starts.append(t)
         acc = layers.get(op.layer)
         if acc is None:
             acc = layers[op.layer] = [0.0, 0.0, 0.0]
-        kind = op.kind
         if kind == COMPUTE:
             intervals.append((t, d, "compute", "compute", op.name, op.layer))
             compute += d
@@ -126,6 +141,8 @@ def compile_program(program: Program, durations: Sequence[float], contention: fl
                     acc_[2] += slow
                     t += slow
             t += d
+            if host is not None:
+                host.done(op, t)
             settle()
             continue
         cat = GROUP_CATEGORY.get(op.group, "other")
@@ -138,23 +155,27 @@ def compile_program(program: Program, durations: Sequence[float], contention: fl
             t += d
             exposed[cat] += d
             acc[2] += d
-        elif kind == ASYNC and op.wait_next and cat == "CP":
+            if host is not None:
+                host.done(op, t)
+            continue
+        ready = max(t, issued)  # an overlapped collective or a bucket starts once the CPU has issued it
+        if kind == ASYNC and op.wait_next and cat == "CP":
             # context parallelism's ring exchange runs on its own stream and communicator (Transformer Engine's
             # cp_stream and CP group), not behind the TP collectives overlapped on the other stream
-            pending = (t + d, cat, acc)
-            intervals.append((t, d, "overlap comm", cat, op.name, op.layer))
+            pending = (ready + d, cat, acc)
+            intervals.append((ready, d, "overlap comm", cat, op.name, op.layer))
         elif kind == ASYNC and op.wait_next:
-            start = max(overlap_free, t)
+            start = max(overlap_free, ready)
             overlap_free = start + d
             pending = (overlap_free, cat, acc)
             intervals.append((start, d, "overlap comm", cat, op.name, op.layer))
         elif kind == ASYNC:
-            start = max(overlap_free, t)
+            start = max(overlap_free, ready)
             overlap_free = start + d
             overlap_cat = cat
             intervals.append((start, d, "overlap comm", cat, op.name, op.layer))
         elif kind == GRAD:
-            grads.append((t, d, cat, op.name, op.layer, index))
+            grads.append((ready, d, cat, op.name, op.layer, index))
     settle()
     if overlap_free > t:
         exposed[overlap_cat] += overlap_free - t
@@ -471,6 +492,11 @@ def run(scripts: Sequence[StageScript], compiled: Sequence[dict[int, CompiledPro
                 if op.kind == COMPUTE:
                     st_times.compute_s += d
                     st_times.extra.append(("compute", t, d, "compute", op.name, op.layer))
+                    waited = op.host_us * 1e-6 - d  # the step's ops run in series: one of many small kernels waits
+                    if waited > 0.0 and not op.graph:  # for its launches (host_model)
+                        exposed_s["host"] += waited
+                        st_times.extra.append(("host", t + d, waited, "host", op.name, op.layer))
+                        d += waited
                 else:
                     cat = GROUP_CATEGORY.get(op.group, "other")
                     exposed_s[cat] += d

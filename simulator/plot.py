@@ -22,9 +22,10 @@ if TYPE_CHECKING:
 
 TERMS = ("compute", "TP", "CP", "EP", "DP", "DP_EP", "PP", "other", "bubble")
 COLORS = {"compute": "#4c72b0", "TP": "#dd8452", "CP": "#da8bc3", "EP": "#c44e52", "DP": "#55a868", "DP_EP": "#64b5cd",
-          "PP": "#8172b3", "other": "#937860", "bubble": "#e5e5e5"}
+          "PP": "#8172b3", "other": "#937860", "host": "#ccb974", "bubble": "#e5e5e5"}
 LABELS = {"TP": "exposed TP", "CP": "exposed CP", "EP": "exposed EP", "DP": "exposed DP", "DP_EP": "exposed DP_EP",
-          "PP": "exposed PP", "other": "exposed other", "compute": "compute", "bubble": "bubble"}
+          "PP": "exposed PP", "other": "exposed other", "host": "waiting for the host", "compute": "compute",
+          "bubble": "bubble"}
 
 
 def breakdown_chart(sim: Any, title: str | None = None) -> Figure:

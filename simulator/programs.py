@@ -81,6 +81,12 @@ class Op:
     deepep: tuple = ()
     """DeepEP's fused dispatch or combine (:mod:`simulator.moe_comm`): (``dispatch``/``combine``, tokens, bytes per
     token, experts, top-k, imbalance) of the busiest rank; empty for every other op."""
+    host_us: float = 0.0
+    """CPU microseconds to issue the op (:mod:`mocked_model.compute.host`; 0: no host model, or inside a graph)."""
+    host_sync: int = 0
+    """Its host-device synchronisation (``mocked_model.compute.host.SYNC_*``; 0: none)."""
+    graph: str = ""
+    """The CUDA graph that captures it (consecutive ops of one graph share one replay); empty: issued eagerly."""
 
     @property
     def category(self) -> str:
@@ -358,7 +364,19 @@ class _Counters:
     finish_items: int = 0
 
 
-def _item_op(item, phase: str, hook: ComputeHook, counters: _Counters, tp_comm_overlap: bool) -> Op | None:
+HostHook = Callable[[Any], "tuple[float, int, str]"]
+"""``host(item) -> (CPU microseconds to issue it, its synchronisation, its CUDA graph)`` (:mod:`simulator.host_model`)."""
+
+
+def _item_op(item, phase: str, hook: ComputeHook, counters: _Counters, tp_comm_overlap: bool,
+             host: HostHook | None = None) -> Op | None:
+    op = _item_op_plain(item, phase, hook, counters, tp_comm_overlap)
+    if op is not None and host is not None:
+        op.host_us, op.host_sync, op.graph = host(item)
+    return op
+
+
+def _item_op_plain(item, phase: str, hook: ComputeHook, counters: _Counters, tp_comm_overlap: bool) -> Op | None:
     ctype = item.comm_type._value_  # .value, without the enum property's lookup (a hot path)
     layer = _layer_key(item)
     meta = item.meta or {}
@@ -431,6 +449,7 @@ class _Build:
     hook: ComputeHook
     overlap_grad_reduce: bool | None
     tp_comm_overlap: bool
+    host: HostHook | None = None
     counters: _Counters = field(default_factory=_Counters)
     any_grad: bool = False
     any_finish: bool = False
@@ -456,7 +475,7 @@ def _build_step(kind: str, items: list, build: _Build) -> _Built:
     program = Program(kind)
     built = _Built(program, None, 0.0)
     for item in items:
-        op = _item_op(item, phase, build.hook, built.counters, build.tp_comm_overlap)
+        op = _item_op(item, phase, build.hook, built.counters, build.tp_comm_overlap, build.host)
         if op is None:
             continue
         if op.kind == GRAD and build.overlap_grad_reduce is False:
@@ -505,7 +524,7 @@ def _stage_script(stage: int, steps: list[Step], pieces, rest: list, build: _Bui
         hw_flops += hit.program.hw_work if hit.program is not None else 0.0
     step = _step_program(any_grad, deferred)
     for item in rest:
-        op = _item_op(item, "step", build.hook, build.counters, build.tp_comm_overlap)
+        op = _item_op(item, "step", build.hook, build.counters, build.tp_comm_overlap, build.host)
         if op is not None:
             step.ops.append(op)
         if item.flops and item.comm_type.value == "computation":
@@ -534,20 +553,22 @@ def _finish(stages: list[StageScript], job, build: _Build) -> Scripts:
 
 
 def scripts_from_workloads(workloads: Sequence, job, hook: ComputeHook | None = None,
-                           overlap_grad_reduce: bool | None = None, tp_comm_overlap: bool = False) -> Scripts:
+                           overlap_grad_reduce: bool | None = None, tp_comm_overlap: bool = False,
+                           host: HostHook | None = None) -> Scripts:
     """Scripts from our per-stage workloads (``megatron_pipeline(job)``: one Workload per stage).
 
     The first iteration of each workload is cut into the schedule's steps; computation items take
     ``hook(item)`` ns (default: their ``time_ns``; None costs 0, with one warning); bucket reductions
     issued during backward (``backward.overlap_grad_reduce``) become GRAD ops, unless
-    ``overlap_grad_reduce`` is False, which moves them to the start of the step program.
+    ``overlap_grad_reduce`` is False, which moves them to the start of the step program.  ``host``: each item's
+    CPU cost, synchronisation and graph (:mod:`simulator.host_model`; None: the host never holds the GPU back).
     """
     from mocked_model.megatron import chunk_layout
 
     p = job.parallel
     if len(workloads) != p.pp:
         raise ConfigError(f"expected one workload per pipeline stage ({p.pp}), got {len(workloads)}")
-    build = _Build(hook or item_time_ns, overlap_grad_reduce, tp_comm_overlap)
+    build = _Build(hook or item_time_ns, overlap_grad_reduce, tp_comm_overlap, host)
     stages = []
     for s, workload in enumerate(workloads):
         blocks = workload.iterations()
@@ -561,7 +582,8 @@ def scripts_from_workloads(workloads: Sequence, job, hook: ComputeHook | None = 
 
 
 def scripts_from_generators(generators: Sequence, job, hook: ComputeHook | None = None,
-                            overlap_grad_reduce: bool | None = None, tp_comm_overlap: bool = False) -> Scripts:
+                            overlap_grad_reduce: bool | None = None, tp_comm_overlap: bool = False,
+                            host: HostHook | None = None) -> Scripts:
     """Scripts straight from the per-stage generators (``MegatronWorkload(job, pp_rank=s)``), without
     unrolling their iterations: each distinct step (:meth:`WorkloadGenerator.step_key`) is built once.
     Same programs as :func:`scripts_from_workloads` on the generators' workloads.
@@ -573,7 +595,7 @@ def scripts_from_generators(generators: Sequence, job, hook: ComputeHook | None 
     p = job.parallel
     if len(generators) != p.pp:
         raise ConfigError(f"expected one generator per pipeline stage ({p.pp}), got {len(generators)}")
-    build = _Build(hook or item_time_ns, overlap_grad_reduce, tp_comm_overlap)
+    build = _Build(hook or item_time_ns, overlap_grad_reduce, tp_comm_overlap, host)
     stages = []
     caches: dict[int, dict] = {}
     rests: dict[int, list] = {}

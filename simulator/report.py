@@ -219,12 +219,16 @@ def _topo_summary(result: SimulationResult) -> str:
     cp = any(st.cp_comm_us for st in d.stages)  # context parallelism: its own column (EndToEnd books it to TP)
     if cp:
         lines[-1] = lines[-1].replace(f"{'TP':>12}", f"{'TP':>12} {'CP':>12}")
+    host = any(st.host_us for st in d.stages)  # the GPU waiting for the CPU (simulator/host_model.py; not in EndToEnd)
+    if host:
+        lines[-1] = lines[-1].replace(f"{'other':>10}", f"{'other':>10} {'host':>12}")
     for st in d.stages:
         mark = "*" if st.stage == d.reported_stage else " "
         cp_cell = f" {st.cp_exposed_us:>12,.1f}" if cp else ""
         lines.append(f" {mark}{st.stage:>5} {st.compute_us:>14,.1f} {st.tp_exposed_us:>12,.1f}{cp_cell} "
                      f"{st.ep_exposed_us:>12,.1f} {st.dp_exposed_us:>12,.1f} {st.dp_ep_exposed_us:>12,.1f} "
-                     f"{st.pp_exposed_us:>12,.1f} {st.other_exposed_us:>10,.1f} {st.bubble_us:>14,.1f}")
+                     f"{st.pp_exposed_us:>12,.1f} {st.other_exposed_us:>10,.1f}"
+                     + (f" {st.host_us:>12,.1f}" if host else "") + f" {st.bubble_us:>14,.1f}")
     lines.append(f"  EndToEnd terms (stage {d.reported_stage}, the busiest):")
     width = max(len(label) for _, label in TERMS)
     for name, label in TERMS:

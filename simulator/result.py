@@ -176,7 +176,8 @@ class SimulationResult:
             return [(f"stage {st.stage}", {"compute": st.compute_us, "TP": st.tp_exposed_us, "EP": st.ep_exposed_us,
                                            "DP": st.dp_exposed_us, "DP_EP": st.dp_ep_exposed_us, "PP": st.pp_exposed_us,
                                            "other": st.other_exposed_us, "bubble": st.bubble_us,
-                                           **({"CP": st.cp_exposed_us} if st.cp_comm_us else {})})
+                                           **({"CP": st.cp_exposed_us} if st.cp_comm_us else {}),
+                                           **({"host": st.host_us} if st.host_us else {})})
                     for st in self.details.stages]
         t = self.totals
         return [("rank", {"compute": t.compute_us, "TP": t.tp_exposed_us, "EP": t.ep_exposed_us, "DP": t.dp_exposed_us,
@@ -224,7 +225,7 @@ def layer_rows(result: SimulationResult, header_only: bool = False) -> list[list
 
 STAGE_HEADER = ("stage", "compute_us", "tp_exposed_us", "ep_exposed_us", "dp_exposed_us", "dp_ep_exposed_us",
                 "pp_exposed_us", "other_exposed_us", "bubble_us", "end_us", "tp_comm_us", "ep_comm_us", "dp_comm_us",
-                "dp_ep_comm_us", "pp_comm_us", "flops", "cp_exposed_us", "cp_comm_us")
+                "dp_ep_comm_us", "pp_comm_us", "flops", "cp_exposed_us", "cp_comm_us", "host_us")
 COLLECTIVE_HEADER = ("group", "comm_type", "size_bytes", "group_size", "servers", "per_server", "tier", "algorithm",
                      "protocol", "time_us", "algbw_gbps", "busbw_gbps", "congestion", "count", "total_us", "stages")
 TOPO_LAYER_HEADER = ("stage", "layer", "fwd_compute_us", "bwd_compute_us", "comm_us", "exposed_comm_us")

@@ -193,7 +193,7 @@ def _job_scripts(job: Any, options: TopoOptions, prices: dict | None = None,
     jobs)."""
     from dataclasses import replace
 
-    from workload_generator.compute_times import default_source, fill_job_times
+    from workload_generator.compute_times import ALIASES, default_source, fill_job_times
     from workload_generator.entry import generator_for
 
     if job.training.frame not in ("Megatron", "DeepSeek"):
@@ -220,15 +220,24 @@ def _job_scripts(job: Any, options: TopoOptions, prices: dict | None = None,
     gens = stage_generators(job, generator_for)
     hook = options.compute_time_ns
     warnings: list[str] = []
+    host = None
     if hook is None:
         source = default_source(job, options.compute_source, model_default=True)
         if source == "placeholder":
             raise ConfigError("simulating a job needs computation times: give --gpu_type (the compute model), "
                               "--comp_filepath FILE or --aiob_enable")
-        report = fill_job_times(_distinct_items(gens, job), job, source, prices=prices)
+        # the compute model's GPU times, issued by the host model (simulator/host_model.py); measured times (AIOB, a
+        # compute file) come as they were timed
+        engine_host = ALIASES.get(source, source) == "model"
+        report = fill_job_times(_distinct_items(gens, job), job, source, prices=prices, engine_host=engine_host)
         if report.warning():
             warnings.append(report.warning())
-    scripts = scripts_from_generators(gens, job, hook, options.overlap_grad_reduce, job.training.tp_comm_overlap)
+        if engine_host:
+            from simulator.host_model import job_host_hook
+
+            host = job_host_hook(job)
+    scripts = scripts_from_generators(gens, job, hook, options.overlap_grad_reduce, job.training.tp_comm_overlap,
+                                      host=host)
     scripts.warnings[:0] = warnings
     scripts.insert = insert
     scripts.layout["ga"] = full_job.parallel.ga
@@ -543,7 +552,7 @@ class TopoModel:
         return StageResult(
             t.stage, t.compute_s * 1e6, e["TP"] * 1e6, e["EP"] * 1e6, e["DP"] * 1e6, e["DP_EP"] * 1e6, e["PP"] * 1e6,
             e["other"] * 1e6, engine.bubble_s(t, iteration_s) * 1e6, t.end_s * 1e6, c["TP"] * 1e6, c["EP"] * 1e6,
-            c["DP"] * 1e6, c["DP_EP"] * 1e6, c["PP"] * 1e6, flops, e["CP"] * 1e6, c["CP"] * 1e6)
+            c["DP"] * 1e6, c["DP_EP"] * 1e6, c["PP"] * 1e6, flops, e["CP"] * 1e6, c["CP"] * 1e6, e["host"] * 1e6)
 
     def _grad_exposure(self, t: engine.StageTimes) -> dict[tuple[int, int], float]:
         """Exposed seconds of each gradient bucket instance, keyed by (step index, op index)."""

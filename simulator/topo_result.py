@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 @dataclass(frozen=True)
 class StageResult:
     """One pipeline stage of a ``--model topo`` iteration, in microseconds.  The terms add up to
-    the iteration time: compute + exposed TP/EP/DP/DP_EP/PP/other comm + bubble.  ``other`` is
+    the iteration time: compute + exposed TP/EP/DP/DP_EP/PP/other comm + host + bubble.  ``other`` is
     step synchronisation across stages (tied-embedding and gradient-norm all-reduces), ``cp`` context parallelism's
     attention traffic (ring exchanges, all-to-alls, all-gathers; 0 without it); ``end_us``
     when the stage finished; ``*_comm_us`` every collective's time in that group, exposed or not."""
@@ -35,6 +35,9 @@ class StageResult:
     cp_exposed_us: float = 0.0
     """Context parallelism's collectives and ring exchanges (its own term; SimAI's EndToEnd books it to TP)."""
     cp_comm_us: float = 0.0
+    host_us: float = 0.0
+    """The GPU waiting for the host (CPU) to issue its next kernel (:mod:`simulator.host_model`): eager launches
+    slower than the kernels, and the drains after host-device synchronisations."""
 
     @property
     def exposed_comm_us(self) -> float:

@@ -33,8 +33,10 @@ def test_whole_job_json_and_files(tmp_path):
     row = last_json(done.stdout)
     for key in ("iteration_s", "compute_s", "exposed_comm_s", "bubble_s", "tflops_per_gpu", "mfu"):
         assert isinstance(row[key], float), key
-    # the busiest stage's terms add up to the iteration
-    assert row["compute_s"] + row["exposed_comm_s"] + row["bubble_s"] == pytest.approx(row["iteration_s"])
+    # the busiest stage's terms add up to the iteration (host_s: the GPU waiting for the host's launches of this
+    # tiny model's short kernels, simulator/host_model.py)
+    assert row["host_s"] > 0
+    assert row["compute_s"] + row["exposed_comm_s"] + row["host_s"] + row["bubble_s"] == pytest.approx(row["iteration_s"])
     # Megatron's FLOP count: gpt_tiny (4 layers, hidden 256, vocab 1024, already a multiple of 128 x tp 2),
     # seq 128, global batch 16: 72 * 16 * 128 * 4 * 256^2 * (1 + 128 / (6 * 256) + 1024 / (12 * 4 * 256))
     # = 3.8655e10 * (1 + 1/12 + 1/12) = 4.5097e10
@@ -144,8 +146,12 @@ def test_validation_suites_meet_their_bars():
     rows = last_json(done.stdout)
     suites = {r["suite"] for r in rows}
     assert suites == {"korthikanti2022", "narayanan2021", "h200_mcore", "moe"}
-    # issue 26's MoE runs (Megatron-Bridge on DGX H100): reported, their 15% bar not met yet
-    assert len([r for r in rows if r["suite"] == "moe"]) == 3
+    # issue 26's MoE runs (Megatron-Bridge on DGX H100): their 15% bar is not met; the suite's own bar
+    # (simulator.validation.MOE_BAR_PCT, 45%, and why) holds, and the model is too fast on every run
+    from simulator.validation import MOE_BAR_PCT
+
+    moe = [r["error_pct"] for r in rows if r["suite"] == "moe"]
+    assert len(moe) == 3 and all(-MOE_BAR_PCT <= e < 0 for e in moe), moe
     for suite, (mean, worst) in BARS.items():
         errors = [abs(r["error_pct"]) for r in rows if r["suite"] == suite]
         assert len(errors) == {"korthikanti2022": 8, "narayanan2021": 10}[suite]

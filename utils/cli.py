@@ -115,6 +115,8 @@ def add_job_flags(parser: argparse.ArgumentParser, groups: Sequence[str] | None 
                 kwargs["metavar"] = flag.dest.upper() if flag.choices is None else None
                 if flag.choices is not None:
                     kwargs["choices"] = flag.choices
+                if flag.nargs is not None:
+                    kwargs["nargs"] = flag.nargs
             group.add_argument(*names, **kwargs)
             added.add(flag.dest)
     return added
@@ -278,6 +280,10 @@ def job_from(values: dict[str, Any]) -> JobConfig:
     from utils.parallel import ParallelConfig
 
     recompute = values["recompute_granularity"] or ("selective" if values["recompute_activations"] else "none")
+    from utils.cuda_graphs import parse_scopes
+
+    if "recompute_modules" in values.get("_given", ()) and recompute != "selective":
+        raise ConfigError("--recompute_modules needs --recompute_granularity selective (Megatron's rule)")
     training_fields = {f.name for f in fields(TrainingConfig)}
     extra = {k: v for k, v in values.items() if k not in training_fields and k != "preset"}
     training = TrainingConfig(
@@ -302,6 +308,7 @@ def job_from(values: dict[str, Any]) -> JobConfig:
         bias_activation_fusion=not values["no_bias_gelu_fusion"], bias_dropout_fusion=not values["no_bias_dropout_fusion"],
         cross_entropy_loss_fusion=values["cross_entropy_loss_fusion"], fp8_recipe=values["fp8_recipe"],
         cuda_graph_impl=values["cuda_graph_impl"], cp_comm_type=values["cp_comm_type"],
+        cuda_graph_scope=parse_scopes(values["cuda_graph_scope"]), recompute_modules=tuple(values["recompute_modules"]),
         hierarchical_cp_sizes=values["hierarchical_context_parallel_sizes"],
         overlap_param_gather=values["overlap_param_gather"], grad_reduce_in_bf16=values["grad_reduce_in_bf16"],
         moe_router_load_balancing_type=values["moe_router_load_balancing_type"],

@@ -33,6 +33,8 @@ from utils.config import (
     LOAD_BALANCING,
     TRANSFORMER_IMPLS,
 )
+from utils.cuda_graphs import RECOMPUTE_MODULES as RECOMPUTE_MODULE_CHOICES
+from utils.cuda_graphs import SCOPES as GRAPH_SCOPE_CHOICES
 from utils.model_config import NORMALIZATIONS, POSITION_EMBEDDINGS
 from utils.units import parse_size
 
@@ -94,6 +96,7 @@ class Flag:
     type: Callable[[str], Any] | None = None
     action: Any = None
     choices: Sequence[Any] | None = None
+    nargs: str | None = None
 
 
 def _dest(names: tuple[str, ...]) -> str:
@@ -143,7 +146,7 @@ GENERAL = [
     _f(("--output", "-o"), None, "write the workload to this path instead of AICB's default location", type=str),
     _f("--output_dir", None, "directory for results (default: results/)", type=str),
     _f("--max_items", None, "refuse a workload estimated above this many items (default 5,000,000: about 670 MB of "
-       "CSV; see README, 'Size limit')"),
+       "CSV; see docs/workloads.md, 'Size limit')"),
 ]
 MODEL = [
     _f(("--model_name",), None, "model preset (e.g. gpt_13B, llama3_405B, Mixtral_8x7B, deepseek671)", type=str),
@@ -217,6 +220,12 @@ MEGATRON = [
     _f("--cuda_graph_impl", "none", "CUDA graphs (Megatron-LM's flag): none, per-layer graphs (local, "
        "transformer_engine) or full_iteration; graphed kernels skip PyTorch's per-launch host cost", type=str,
        choices=CUDA_GRAPH_IMPLS),
+    _f("--cuda_graph_scope", (), "what --cuda_graph_impl captures (Megatron's flag): attn, mlp, moe, moe_router, "
+       "moe_preprocess, mamba, full_iteration (local graphs); none given (or full): whole layers; the captured ops' "
+       "host time becomes one graph replay", type=str, nargs="+", choices=(*GRAPH_SCOPE_CHOICES, "full")),
+    _f("--recompute_modules", ("core_attn",), "with --recompute_granularity selective: what is recomputed in backward "
+       "(Megatron's flag): core_attn, layernorm (norms not fused into a linear), moe_act (the experts' activation)",
+       type=str, nargs="+", choices=RECOMPUTE_MODULE_CHOICES),
     _f("--cp_comm_type", "p2p", "context parallelism's communication (Megatron-core's flag): p2p (ring attention), "
        "a2a (all-to-all of Q/K/V/O, DeepSpeed-Ulysses), allgather (all-gathered K/V) or a2a+p2p (hierarchical)",
        type=str, choices=CP_COMM_TYPES),
@@ -374,7 +383,7 @@ INFERENCE = [
     _f("--dispatch_dtype", "fp8", "MoE dispatch precision: fp8 (DeepEP's, AICB's) or bf16 (the combine is bf16)",
        type=str, choices=("fp8", "bf16")),
     _f(("--output", "-o"), None, "write to this path instead of AICB's name under --result_dir", type=str),
-    _f("--max_items", None, "refuse a workload estimated above this many items (default 5,000,000; see README, "
+    _f("--max_items", None, "refuse a workload estimated above this many items (default 5,000,000; see docs/workloads.md, "
        "'Size limit')"),
 ]
 """Flags of the inference entries (:mod:`workload_generator.inference_entry`); not part of :data:`ALL_GROUPS`,
@@ -393,6 +402,8 @@ def add_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup, flags: 
             kwargs.update(type=flag.type, metavar=flag.dest.upper() if flag.choices is None else None)
             if flag.choices is not None:
                 kwargs["choices"] = flag.choices
+            if flag.nargs is not None:
+                kwargs["nargs"] = flag.nargs
         parser.add_argument(*names, **kwargs)
 
 

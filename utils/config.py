@@ -110,6 +110,10 @@ class TrainingConfig:
     cross_entropy_loss_fusion: bool = False
     fp8_recipe: str = "delayed"
     cuda_graph_impl: str = "none"
+    cuda_graph_scope: tuple[str, ...] = ()
+    """Megatron-core's ``--cuda-graph-scope`` (empty: whole layers; :mod:`utils.cuda_graphs` checks it)."""
+    recompute_modules: tuple[str, ...] = ("core_attn",)
+    """Megatron-core's ``--recompute-modules`` of selective recomputation (its default: the attention core)."""
     cp_comm_type: str = "p2p"
     hierarchical_cp_sizes: tuple[int, ...] | None = None
     overlap_param_gather: bool = False
@@ -277,6 +281,9 @@ class JobConfig:
             from utils.moe_options import check_moe_options
 
             check_moe_options(self)
+            from utils.cuda_graphs import check_graphs_and_recompute
+
+            check_graphs_and_recompute(self)
 
     @property
     def padded_vocab_size(self) -> int:

@@ -52,38 +52,57 @@ def estimate_ns(item, gpu: GPUSpec | str, dtype: str = "bfloat16") -> float | No
 
 
 def host_us(training) -> float:
-    """The host time per kernel launch of a training job's stack (:data:`~mocked_model.compute.kernels.
-    HOST_US_PER_LAUNCH` in eager PyTorch, 0 under CUDA graphs: ``--cuda_graph_impl``)."""
-    return 0.0 if getattr(training, "cuda_graph_impl", "none") != "none" else HOST_US_PER_LAUNCH
+    """The host time per kernel launch of a training job's stack outside CUDA graphs (:data:`~mocked_model.compute.
+    kernels.HOST_US_PER_LAUNCH`); 0 when ``--cuda_graph_impl`` captures everything (whole layers or the iteration).
+    Partial ``--cuda_graph_scope`` graphs are per item: :func:`job_estimator` with :class:`~mocked_model.compute.host.
+    HostSetup`."""
+    if getattr(training, "cuda_graph_impl", "none") == "none":
+        return HOST_US_PER_LAUNCH
+    return 0.0 if not getattr(training, "cuda_graph_scope", ()) else HOST_US_PER_LAUNCH
 
 
-def job_estimator(job, prices: dict | None = None) -> Callable[[object], float | None]:
-    """The estimator of a training job: its GPU (``--gpu_type`` or ``--gpu_spec``), dtype and launch cost."""
+def job_estimator(job, prices: dict | None = None, engine_host: bool = False) -> Callable[[object], float | None]:
+    """The estimator of a training job: its GPU (``--gpu_type`` or ``--gpu_spec``), dtype and launch cost, per item
+    as its ``--cuda_graph_scope`` captures it.  ``engine_host``: GPU times only (the topo engine plays the host,
+    :mod:`simulator.host_model`), the dispatchers' host waits left to it too."""
+    from mocked_model.compute.host import HostSetup
+
     t = job.training
-    return estimator(t.gpu_type, t.dtype, prices, host_us(t))
+    if engine_host:
+        return estimator(t.gpu_type, t.dtype, prices, 0.0, gpu_only=True)
+    return estimator(t.gpu_type, t.dtype, prices, HostSetup.of(job) if t.cuda_graph_impl != "none" else host_us(t))
 
 
 def estimator(gpu: GPUSpec | str, dtype: str = "bfloat16", prices: dict | None = None,
-              host: float = 0.0) -> Callable[[object], float | None]:
+              host: float | object = 0.0, gpu_only: bool = False) -> Callable[[object], float | None]:
     """``item -> ns or None`` for :func:`workload_generator.compute_times.fill_compute_times`.
 
     Each distinct operation is priced once (:func:`~mocked_model.compute.ops.price_key`: identical
     layers' items differ only in their layer index and names); ``prices`` (a dict the caller keeps, e.g.
     a simulation session) holds the prices across estimators of the same GPU, dtype and launch cost.
-    ``host``: microseconds the host spends launching each kernel; an item of small kernels is never faster
-    than its launches (the GPU waits for the host), an item of large ones hides them (the host runs ahead)."""
+    ``host``: microseconds the host spends launching each kernel (or a :class:`~mocked_model.compute.host.HostSetup`:
+    per item, none inside a captured CUDA graph); an item of small kernels is never faster than its launches (the GPU
+    waits for the host), an item of large ones hides them (the host runs ahead).  ``gpu_only``: the kernels' GPU time
+    alone, the dispatchers' device-to-host waits (:data:`~mocked_model.compute.kernel_list.Kernel.host_us` of a
+    ``moe_dispatch_meta`` item) left to the caller's host model."""
+    from mocked_model.compute.host import HostSetup, launches_host_us
+
     spec = gpu_spec(gpu)
     p = precision(dtype, spec)
     if p.kind == "fp8":
         spec.peak_flops("fp8")  # a GPU without FP8 tensor cores is a one-line error here, not per item
-    cache: dict = {} if prices is None else prices.setdefault((spec, p, host), {})
+    cache: dict = {} if prices is None else prices.setdefault((spec, p, host, gpu_only), {})
+    setup = host if isinstance(host, HostSetup) else None
 
     def price(item) -> float | None:
         kernels = kernels_of(item, p)
         if kernels is None:
             return None
         gpu_ns = sum(k.ns(spec) for k in kernels)
-        return max(gpu_ns, host * 1e3 * sum(k.count for k in kernels)) if host else gpu_ns
+        if gpu_only and (item.meta or {}).get("op") == "moe_dispatch_meta":
+            gpu_ns -= sum(k.host_us for k in kernels) * 1e3
+        per_launch = launches_host_us(item, setup) if setup is not None else host
+        return max(gpu_ns, per_launch * 1e3 * sum(k.count for k in kernels)) if per_launch else gpu_ns
 
     def estimate(item) -> float | None:
         key = price_key(item)

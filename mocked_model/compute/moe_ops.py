@@ -197,6 +197,26 @@ def sort_chunks_kernels(item, p: Precision) -> list[Kernel]:
     return [mem("sort chunks by local expert", nbytes, 1 if fused else (2 if pb else 1), kind="copy")]
 
 
+def expert_bias_kernels(item, p: Precision) -> list[Kernel]:
+    """The experts' fc2 bias under Transformer Engine's grouped GEMMs, ``((rows, hidden),)`` with meta ``experts``:
+    ``TEGroupedMLP._apply_bias`` (Megatron-core ``moe/experts.py``) adds it eagerly, one expert at a time, weighted by
+    the routing probability: ``t + b * p`` per expert on ``torch.split`` views (the fp32 probabilities make both results
+    fp32), ``torch.cat`` of the experts and the cast back to the activations' dtype: 2 kernels per expert and 2, about
+    ``a + 4 + 4 + 4 + 4 + 4 + a`` bytes per element (product written; the add reads the rows and the product and writes;
+    the cat reads and writes; the cast reads and writes).  Backward: the cast's backward (fp32 gradient), per expert the
+    rows' gradient cast back (the add), the bias's gradient (``g * p`` summed over the tokens) and the probabilities'
+    (``g * b`` summed over the hidden size): 5 kernels per expert and 1, about 26 bytes per element."""
+    shapes = item.shapes or ()
+    if not shapes:
+        return []
+    rows, hidden = shapes[0][-2:]
+    experts = max(int((item.meta or {}).get("experts", 1)), 1)
+    n = rows * hidden
+    if phase(item) == "backward":
+        return [mem("expert bias backward (per expert)", n * (p.a + 4 + 4 + p.a + 4 + 4 + 4), 5 * experts + 1, kind="add")]
+    return [mem("expert bias (per expert, weighted)", n * (4 + p.a + 4 + 4 + 4 + 4 + p.a), 2 * experts + 2, kind="add")]
+
+
 def grouped_gemm_kernels(item, p: Precision) -> list[Kernel] | None:
     """The local experts' GEMMs as one grouped launch (``((tokens, k), (E, k, n))``, meta ``tokens_per_expert``):
     forward ``m_e x n x k`` per expert, dgrad ``m_e x k x n`` (the input's gradient), wgrad ``k x n`` over ``m_e``

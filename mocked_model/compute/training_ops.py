@@ -39,6 +39,7 @@ from mocked_model.compute.kernel_list import Kernel, Precision, elements, mem, p
 from mocked_model.compute.kernels import GemmShape, attention_work
 from mocked_model.compute.moe_ops import (
     dispatch_meta_kernels,
+    expert_bias_kernels,
     grouped_gemm_kernels,
     permute_kernels,
     router_kernels,
@@ -439,6 +440,7 @@ OPS: dict[str, Callable[[object, Precision], list[Kernel]]] = {
     "norm": _norm_kernels, "gelu": _activation_kernels, "swiglu": _activation_kernels, "bda": _bda_kernels,
     "rotary": _rotary_kernels, "embedding": _embedding_kernels, "loss": _loss_kernels,
     "optimizer": _optimizer_kernels, "moe_route": router_kernels, "moe_dispatch_meta": dispatch_meta_kernels,
+    "moe_expert_bias": expert_bias_kernels,
     "moe_permute": permute_kernels, "moe_unpermute": unpermute_kernels, "moe_sort_chunks": sort_chunks_kernels,
 }
 """Training operation name (``meta['op']``) -> its kernel list."""
