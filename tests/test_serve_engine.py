@@ -238,7 +238,8 @@ def test_pipeline_stages_run_as_virtual_engines():
 
 @pytest.mark.parametrize("scheduler, preemption, prefill", [
     ("vllm", "recompute", 0), ("vllm", "swap", 0), ("sarathi", "recompute", 0), ("orca", "recompute", 0),
-    ("static", "recompute", 0), ("vllm", "recompute", 1), ("sarathi", "recompute", 1)])
+    ("static", "recompute", 0), ("vllm", "recompute", 1), ("sarathi", "recompute", 1), ("trtllm", "recompute", 0),
+    ("trtllm", "recompute", 1)])
 def test_invariants_under_memory_pressure(scheduler, preemption, prefill):
     # 300 requests on 2 replicas of 640 tokens of KV (40 blocks): every request finishes, each with exactly its
     # output tokens (counted from the token times the engine keeps), and every block is free again at the end
@@ -256,3 +257,24 @@ def test_invariants_under_memory_pressure(scheduler, preemption, prefill):
     assert all(r.free == r.total_blocks for r in result.replicas)
     if scheduler in ("vllm", "sarathi") and not prefill:
         assert sum(r.preemptions for r in result.requests) > 0  # the case does exercise preemption
+
+
+@pytest.mark.parametrize("scheduler, preemption, prefill", [
+    ("vllm", "recompute", 0), ("vllm", "swap", 0), ("sarathi", "recompute", 0), ("trtllm", "recompute", 0),
+    ("orca", "recompute", 0), ("static", "recompute", 0), ("sarathi", "recompute", 1)])
+def test_invariants_with_speculative_decoding(scheduler, preemption, prefill):
+    # the same pressure with 1.8 tokens per decode step (K = 1, a = 0.8): every request ends with exactly its output
+    # tokens, its last step at most K tokens past them, and every block is free again
+    rng = np.random.default_rng(7)
+    n = 300
+    w = work(np.cumsum(rng.exponential(0.004, n)), rng.integers(1, 200, n), rng.integers(1, 120, n))
+    cost = LinearStepCost(base_s=0.002, prefill_token_s=1e-5, decode_seq_s=1e-4, kv_capacity_tokens=640,
+                          kv_bytes_per_token=1e3, transfer_s=1e-3, tokens_per_decode_step=1.8, speculative_tokens=1)
+    result = run(w, cost, scheduler, replicas=2, prefill=prefill, preemption=preemption, max_batch=32,
+                 chunk_tokens=64, max_model_len=320, max_batched_tokens=512)
+    for req in result.requests:
+        assert req.finish >= req.first_token >= req.arrival
+        assert req.gen == req.output, req.rid
+        ticks = sum(1 if not isinstance(m, tuple) else m[2] - m[1] for m in req.marks)
+        assert req.output <= ticks <= req.output + 1 or scheduler == "static", req.rid
+    assert all(r.free == r.total_blocks for r in result.replicas)

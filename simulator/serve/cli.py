@@ -59,6 +59,12 @@ def add_deployment_flags(p: argparse.ArgumentParser, search: bool = False) -> No
                    help="price steps with a linear profile instead of the compute model: a JSON object of "
                         "simulator.serve.step.LinearStepCost's fields (seconds, tokens)")
     p.add_argument("--eager", action="store_true", help="no CUDA graphs (vLLM's --enforce-eager): eager host time per step")
+    p.add_argument("--speculative_tokens", "--speculative-tokens", type=non_negative_int, default=0, metavar="K",
+                   help="speculative decoding (MTP / EAGLE-style draft): K draft tokens verified per sequence per "
+                        "decode step (default 0: off); needs --acceptance_rate")
+    p.add_argument("--acceptance_rate", "--acceptance-rate", type=float, default=None, metavar="A",
+                   help="probability that each draft token is accepted (0-1): a decode step emits (1 - A^(K+1)) / "
+                        "(1 - A) tokens per sequence on average (Leviathan et al. 2023)")
     p.add_argument("--seed", type=non_negative_int, default=0, help="seed of every random draw (default 0)")
     p.add_argument("--num_requests", "--num-requests", type=positive_int, default=None, metavar="N",
                    help="requests to serve (default 1000, vLLM's --num-prompts)")
@@ -111,10 +117,12 @@ def build_parser() -> CliParser:
                                                                             "when the last one finishes")
     src.add_argument("--trace", metavar="FILE", help="CSV of arrival_s,prompt_tokens,output_tokens")
     sched = p.add_argument_group("scheduler")
-    sched.add_argument("--scheduler", choices=("vllm", "sarathi", "orca", "static"), default="vllm",
+    sched.add_argument("--scheduler", choices=("vllm", "sarathi", "orca", "static", "trtllm"), default="vllm",
                        help="vllm: vLLM V0's prefill-first continuous batching (default); sarathi: chunked prefill "
                             "with a token budget (vLLM V1's default); orca: iteration-level, KV reserved per request; "
-                            "static: batches run to their longest request")
+                            "static: batches run to their longest request; trtllm: TensorRT-LLM's in-flight batching "
+                            "(GUARANTEED_NO_EVICT: each request reserves its prompt and whole output, --max_batched_tokens "
+                            "is max_num_tokens, default 8192)")
     sched.add_argument("--max_batch", "--max-batch", "--max_num_seqs", type=positive_int, default=256, metavar="N",
                        help="running requests per replica at most (vLLM's max_num_seqs, default 256)")
     sched.add_argument("--max_batched_tokens", "--max-batched-tokens", type=positive_int, metavar="N",
@@ -153,18 +161,47 @@ def fabric_options(args: argparse.Namespace, gpu: str) -> Any:
                        nvlink_bw=args.nvlink_bw, nic_busbw=args.nic_busbw, gpu_type=simai_gpu)
 
 
+def speculative_of(args: argparse.Namespace) -> tuple[int, float]:
+    """``(K, acceptance rate)`` of ``--speculative_tokens`` / ``--acceptance_rate`` (``(0, 0.0)`` when off)."""
+    k = int(getattr(args, "speculative_tokens", 0) or 0)
+    a = getattr(args, "acceptance_rate", None)
+    if a is not None and not 0.0 <= a <= 1.0:
+        raise ConfigError(f"--acceptance_rate must be in [0, 1], got {a:g}")
+    if k == 0:
+        if a is not None:
+            raise ConfigError("--acceptance_rate needs --speculative_tokens K (the draft tokens per step)")
+        return 0, 0.0
+    if a is None:
+        raise ConfigError(f"--speculative_tokens {k} needs --acceptance_rate A (each draft token's chance of being "
+                          "accepted, e.g. 0.7)")
+    return k, float(a)
+
+
+def with_speculation(cost: Any, k: int, a: float) -> Any:
+    """A ``--step_cost`` linear profile told what a decode step emits with ``k`` draft tokens accepted at rate
+    ``a`` (its coefficients price the step as measured)."""
+    from dataclasses import replace
+
+    from simulator.serve.cost import accepted_tokens
+
+    return replace(cost, tokens_per_decode_step=accepted_tokens(k, a), speculative_tokens=k) if k else cost
+
+
 def replica_cost(args: argparse.Namespace, gpu: str, layout: dict[str, int], replicas: int, config: Any) -> Any:
     """The step-cost model of one replica (:func:`simulator.serve.cost.cost_model`, or ``--step_cost``'s), its KV
     cache sized as vLLM sizes it for ``config``'s token budget and batch."""
     from simulator.serve.pricing import cost_model, linear_cost
 
+    k, a = speculative_of(args)
     if args.step_cost:
-        return linear_cost(args.step_cost)
+        return with_speculation(linear_cost(args.step_cost), k, a)
     tp, pp, ep, dp = layout["tp"], layout["pp"], layout["ep"], layout["dp"]
-    budget = config.chunk_tokens if getattr(args, "scheduler", "vllm") == "sarathi" else config.max_batched_tokens
+    budget = (config.chunk_tokens if getattr(args, "scheduler", "vllm") == "sarathi"
+              else config.max_batched_tokens)
     return cost_model(args.model_name, gpu, args.topology, tp=tp, pp=pp, ep=ep, dp=dp, dtype=args.dtype,
                       kv_dtype=args.kv_dtype, cuda_graphs=not args.eager, options=fabric_options(args, gpu),
-                      gpus=replicas * tp * pp * dp, max_num_batched_tokens=budget, max_num_seqs=config.max_batch)
+                      gpus=replicas * tp * pp * dp, max_num_batched_tokens=budget, max_num_seqs=config.max_batch,
+                      speculative_tokens=k, acceptance_rate=a)
 
 
 def scheduler_config(args: argparse.Namespace, workload: Any, gpu: str) -> Any:
@@ -175,7 +212,9 @@ def scheduler_config(args: argparse.Namespace, workload: Any, gpu: str) -> Any:
     if max_model_len < longest:
         raise ConfigError(f"--max_model_len {max_model_len} is shorter than the workload's longest request ({longest} "
                           "tokens)")
-    max_batched = getattr(args, "max_batched_tokens", None) or max(2048, max_model_len)
+    # TensorRT-LLM's LLM API defaults max_num_tokens to 8192; vLLM V0 without chunking to max(2048, max_model_len)
+    default_batched = 8192 if getattr(args, "scheduler", "vllm") == "trtllm" else max(2048, max_model_len)
+    max_batched = getattr(args, "max_batched_tokens", None) or default_batched
     chunk = getattr(args, "chunk_tokens", 2048)
     max_batch = getattr(args, "max_batch", 256)
     if getattr(args, "scheduler", "vllm") == "sarathi" and chunk < max_batch:
@@ -316,4 +355,6 @@ def configuration(args: argparse.Namespace, gpu: str, cost: Any, deployment: Any
             "watermark": c.watermark, "max_model_len": c.max_model_len, "disaggregate": args.disaggregate,
             "workload": workload.description, "seed": args.seed, "kv_capacity_tokens": int(cost.kv_capacity_tokens),
             "kv_bytes_per_token": float(cost.kv_bytes_per_token),
+            "speculative_tokens": int(getattr(cost, "speculative_tokens", 0) or 0),
+            "tokens_per_decode_step": float(getattr(cost, "tokens_per_decode_step", 1.0) or 1.0),
             "topology": args.topology or f"derived, {args.gpus_per_server} GPUs per server"}

@@ -103,18 +103,20 @@ def check_fits(workload: Workload, replicas: list[Replica], deployment: Deployme
     longest_at = int(np.argmax(workload.prompt + workload.output)) if len(workload) else 0
     for replica in replicas:
         capacity = replica.total_blocks * 16
-        what = "Orca's and static batching's reservation" if not replica.paged else "the request"
-        need = max(longest, deployment.config.max_model_len) if not replica.paged else longest
+        whole_length = not replica.paged and getattr(replica, "reserves_max_model_len", True)
+        what = "Orca's and static batching's reservation" if whole_length else "the request"
+        need = max(longest, deployment.config.max_model_len) if whole_length else longest
         if need > capacity:
             raise ConfigError(f"request {longest_at} needs {longest} tokens of KV cache ({what}: {need}), more than a "
                               f"replica holds ({capacity} tokens = {replica.total_blocks} blocks of 16): give more GPUs "
                               "per replica (--tensor_model_parallel_size), a smaller --kv_dtype or shorter requests")
-    if deployment.scheduler == "vllm" and replicas[0].role != "decode":
+    if deployment.scheduler in ("vllm", "trtllm") and replicas[0].role != "decode":
         long_prompt = int(np.max(workload.prompt))
         if long_prompt > deployment.config.max_batched_tokens:
+            who = "vLLM" if deployment.scheduler == "vllm" else "TensorRT-LLM"
             raise ConfigError(f"a prompt of {long_prompt} tokens exceeds --max_batched_tokens "
-                              f"{deployment.config.max_batched_tokens}: vLLM refuses it without chunked prefill "
-                              "(--scheduler sarathi)")
+                              f"{deployment.config.max_batched_tokens}: {who} refuses it without chunked prefill "
+                              "(--scheduler sarathi, or a larger --max_batched_tokens)")
 
 
 class _Share:
@@ -128,6 +130,8 @@ class _Share:
         self.replica_gpus = cost.replica_gpus
         self.step_s = cost.step_s
         self.kv_transfer_s = cost.kv_transfer_s
+        self.tokens_per_decode_step = getattr(cost, "tokens_per_decode_step", 1.0)
+        self.speculative_tokens = getattr(cost, "speculative_tokens", 0)
 
 
 def _share(cost: Any, engines: int) -> Any:

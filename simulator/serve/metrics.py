@@ -81,8 +81,11 @@ def request_table(requests: list[Any]) -> RequestTable:
 
 def token_gaps(requests: list[Any], replicas: list[Any]) -> np.ndarray:
     """Every inter-token gap of every request (s): its tokens' times are its prefills' ends and the ends of the
-    decode steps it took part in (a span of ticks of a replica)."""
+    decode steps it took part in (a span of ticks of a replica).  With speculative decoding a step emits several
+    ticks at once: they reach the client as one streamed chunk, and vLLM's ITL is the gap between chunks, so the
+    repeated times of one step count once."""
     ticks = [np.frombuffer(r.tick_times, dtype=float) if len(r.tick_times) else np.empty(0) for r in replicas]
+    multi = [getattr(r, "tau", 1.0) != 1.0 for r in replicas]
     pieces = []
     for req in requests:
         marks = req.marks
@@ -92,7 +95,10 @@ def token_gaps(requests: list[Any], replicas: list[Any]) -> np.ndarray:
         for mark in marks:
             if isinstance(mark, tuple):
                 replica, t0, t1 = mark
-                parts.append(ticks[replica][t0:t1])
+                span = ticks[replica][t0:t1]
+                if multi[replica] and len(span) > 1:
+                    span = span[np.concatenate(([True], np.diff(span) != 0))]
+                parts.append(span)
             else:
                 parts.append(np.array((mark,)))
         times = np.concatenate(parts)

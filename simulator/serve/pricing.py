@@ -48,4 +48,8 @@ def linear_cost(path: str | os.PathLike) -> LinearStepCost:
         data["kv_capacity_tokens"] = int(data["kv_capacity_tokens"])
     if "replica_gpus" in data:
         data["replica_gpus"] = int(data["replica_gpus"]) or 1
+    if "speculative_tokens" in data:
+        data["speculative_tokens"] = int(data["speculative_tokens"])
+    if data.get("tokens_per_decode_step", 1.0) < 1.0:
+        raise FormatError(path, f"tokens_per_decode_step must be at least 1, got {data['tokens_per_decode_step']!r}")
     return LinearStepCost(**data)

@@ -3,12 +3,22 @@
 Requests are small slotted objects; the running batch is kept as aggregates, so that a step costs O(1) plus
 O(log n) per request that joins or leaves it, never O(batch) (a serving run has 10^5-10^6 steps):
 
-- the **decode group**: every request generating a token in the replica's decode steps.  A member is described
-  by the tick it joined (``t0``, ticks counting the replica's steps that carry decodes), its KV length and output
-  count then (``l0``, ``g0``); at tick ``T`` its KV holds ``l0 + T - t0`` tokens.  The group keeps the sum of their
-  KV lengths (``BatchStep.decode_context``), a heap of finish ticks (``t0 + output - g0``) and, for paged KV, how
-  many members start a new block at each tick modulo 16: a member needs a block before the step that writes
-  position ``k`` when ``k % 16 == 0``, i.e. at ticks ``T`` with ``(l0 - t0 + T) % 16 == 0``.
+- the **decode group**: every request generating tokens in the replica's decode steps.  A member is described
+  by the tick it joined (``t0``; a tick is one token of every member: a decode step advances the ticks by the
+  tokens it emits per sequence, 1, or more with speculative decoding), its KV length and output count then (``l0``,
+  ``g0``); at tick ``T`` its KV holds ``l0 + T - t0`` tokens.  The group keeps the sum of their KV lengths
+  (``BatchStep.decode_context``), a heap of finish ticks (``t0 + output - g0``) and, for paged KV, how many members
+  start a new block at each tick modulo 16: a member needs a block before the step that writes position ``k`` when
+  ``k % 16 == 0``, i.e. at ticks ``T`` with ``(l0 - t0 + T) % 16 == 0``.
+- **speculative decoding** (the cost model's ``tokens_per_decode_step`` ``tau`` > 1: K draft tokens verified per
+  step, each accepted with probability a, ``tau = (1 - a^(K+1)) / (1 - a)``, Leviathan et al. 2023): every decode
+  step emits a whole number of tokens per sequence, ``m_s = round((s + 1) tau) - round(s tau)`` for the replica's
+  ``s``-th decode step, so that ``s`` steps emit ``round(s tau)`` tokens (the average is exact; every member of a
+  step emits the same number, the acceptance's spread between sequences is left out).  The step's KV blocks cover
+  the tokens it emits (a member crossing a block boundary inside them gets its block before the step); a request
+  whose last step emits more tokens than it has left finishes at that step (the surplus is discarded, as vLLM
+  truncates at ``max_tokens``).  Each step that gives a request tokens is one streamed chunk: vLLM's ITL is the
+  gap between chunks, its TPOT ``(e2e - TTFT) / (output - 1)``.
 - prefills in progress (``target`` tokens to compute, ``done`` so far; a recomputed request's target is its
   prompt plus the tokens it had generated, vLLM's recompute preemption).
 
@@ -110,7 +120,13 @@ class Replica:
         self.res = [0] * BLOCK_TOKENS
         self.fin: list[tuple[int, int, int, Request]] = []
         self.tick = 0
-        self.tick_times = array("d")
+        self.tick_times = array("d")  # the end of the step that emitted each tick (one entry per tick)
+        self.tau = float(getattr(cost, "tokens_per_decode_step", 1.0) or 1.0)
+        """Tokens a decode step emits per sequence on average (the cost model's; 1 without speculative decoding)."""
+        self.spec_k = int(getattr(cost, "speculative_tokens", 0) or 0)
+        """Draft tokens verified per sequence per decode step (each decode takes ``1 + spec_k`` tokens of a budget)."""
+        self.decode_steps = 0
+        self.m = 1                    # tokens per sequence the step being run emits
         self.busy = False
         self.outstanding = 0          # requests routed here and not finished or handed over (the router's count)
         self.link_free = 0.0          # when this replica's KV sender is free (disaggregation)
@@ -158,10 +174,12 @@ class Replica:
         heapq.heappush(self.fin, (self.tick + req.output - req.gen, req.order, req.version, req))
 
     def _leave_decode(self, req: Request) -> int:
-        """Take ``req`` out of the decode group at the current tick; its KV length then."""
+        """Take ``req`` out of the decode group at the current tick; its KV length then (with speculative decoding
+        a finished request's last step may have emitted past its output: those slots were allocated and are freed
+        with it, and its token count stops at its output)."""
         steps = self.tick - req.t0
         kv = req.l0 + steps
-        req.gen = req.g0 + steps
+        req.gen = min(req.g0 + steps, req.output)
         del self.dec[req.rid]
         self.dec_ctx -= kv
         self.res[(req.l0 - req.t0) % BLOCK_TOKENS] -= 1
@@ -197,8 +215,9 @@ class Replica:
     def _preempt(self, victim: Request, swapped_out: list[int]) -> None:
         victim.preemptions += 1
         if victim.where == "decode":
-            if self.grown and self.paged and (victim.l0 - victim.t0 + self.tick) % BLOCK_TOKENS == 0:
-                self.free += 1  # the block given this step for its next token (Sarathi preempts after the decodes grew)
+            if self.grown and self.paged:
+                # the blocks given this step for its next tokens (Sarathi preempts after the decodes grew)
+                self.free += self._step_blocks(victim)
             kv = self._leave_decode(victim)
             self._release(victim, kv)
             if self.config.preemption == "swap":
@@ -221,18 +240,48 @@ class Replica:
         if not self.paged:
             return False
         preempted = False
-        need = self.res[(-self.tick) % BLOCK_TOKENS]
+        if self.m == 1:
+            need = self.res[(-self.tick) % BLOCK_TOKENS]
+        elif self.m <= BLOCK_TOKENS:  # members whose boundary falls on one of the step's m ticks
+            need = sum(self.res[(-(self.tick + j)) % BLOCK_TOKENS] for j in range(self.m))
+        else:  # more than a block per step (K > 15): count each member's boundaries
+            need = sum(self._step_blocks(req) for req in self.dec.values())
         while need > self.free:
             victim = self._youngest()
             if victim is None:
                 break
-            if victim.where == "decode" and (victim.l0 - victim.t0 + self.tick) % BLOCK_TOKENS == 0:
-                need -= 1
+            if victim.where == "decode":
+                need -= self._step_blocks(victim)
             self._preempt(victim, swapped_out)
             preempted = True
         self.free -= need
         self.grown = True
         return preempted
+
+    def _step_blocks(self, req: Request) -> int:
+        """New KV blocks decode member ``req`` needs for the ``m`` tokens of this step (positions ``k .. k + m - 1``
+        with ``k = l0 - t0 + tick``: one per multiple of 16 among them)."""
+        first = (-(req.l0 - req.t0 + self.tick)) % BLOCK_TOKENS  # offset of the first block boundary in the step
+        return 0 if first >= self.m else 1 + (self.m - 1 - first) // BLOCK_TOKENS
+
+    def _tokens_this_step(self) -> int:
+        """Tokens per sequence the next decode step emits: ``round((s + 1) tau) - round(s tau)`` (1 without
+        speculative decoding)."""
+        if self.tau == 1.0:
+            return 1
+        s = self.decode_steps
+        return max(int((s + 1) * self.tau + 0.5) - int(s * self.tau + 0.5), 1)
+
+    def _advance_decodes(self, now: float) -> None:
+        """The decode step ended at ``now``: every member gained ``m`` tokens."""
+        m = self.m
+        self.tick += m
+        if m == 1:
+            self.tick_times.append(now)
+        else:
+            self.tick_times.extend([now] * m)
+        self.dec_ctx += len(self.dec) * m
+        self.decode_steps += 1
 
     def _take_transferred(self, now: float) -> None:
         """A decode replica admits requests whose KV arrived, while blocks (above the watermark) and
@@ -260,6 +309,7 @@ class Replica:
         self.chunks = []
         self.decoding = False
         self.grown = False
+        self.m = self._tokens_this_step()
         planned = self.schedule(now)
         if planned is None:
             return None
@@ -300,9 +350,7 @@ class Replica:
         finished: list[Request] = []
         handover: list[Request] = []
         if self.decoding and self.dec:
-            self.tick += 1
-            self.tick_times.append(now)
-            self.dec_ctx += len(self.dec)
+            self._advance_decodes(now)
             fin = self.fin
             while fin and fin[0][0] <= self.tick:
                 _, _, version, req = heapq.heappop(fin)

@@ -4,6 +4,8 @@ for what they copy):
 - :class:`VllmReplica`: vLLM's V0 default scheduler (prefill-first, no chunking);
 - :class:`SarathiReplica`: Sarathi-Serve's chunked prefill with a token budget (vLLM V1's default scheduler);
 - :class:`OrcaReplica`: Orca's iteration-level scheduling with KV reserved for the longest request;
+- :class:`TrtllmReplica`: TensorRT-LLM's in-flight batching with its default ``GUARANTEED_NO_EVICT`` capacity
+  policy (each request reserves the KV of its prompt and whole output; nothing is preempted);
 - :class:`StaticReplica`: static batching (a batch runs to its longest request), the baseline.
 """
 
@@ -58,7 +60,7 @@ class VllmReplica(Replica):
         given before)."""
         while self.swapped and self.running < self.config.max_batch:
             req = self.swapped[0]
-            need = blocks(req.swap_kv + 1)
+            need = blocks(req.swap_kv + self.m)
             if self.free - need < self.watermark:
                 break
             self.swapped.popleft()
@@ -83,7 +85,9 @@ class SarathiReplica(VllmReplica):
         preempted = self._grow_decodes(out)
         if not preempted:
             self._swap_in(into, now)
-        budget = self.config.chunk_tokens - len(self.dec)
+        # every decode takes its verified tokens of the budget (1, or 1 + K with speculative decoding: vLLM V1
+        # counts the draft tokens against max_num_batched_tokens)
+        budget = self.config.chunk_tokens - len(self.dec) * (1 + self.spec_k)
         # prefills in progress keep their blocks; each chunk allocates what it adds
         for req in list(self.prefilling):
             if budget <= 0:
@@ -123,14 +127,22 @@ class OrcaReplica(Replica):
     preempted, and ``max_batch`` is also bounded by ``capacity / max_model_len``)."""
 
     paged = False
+    reserves_max_model_len = True
+    """Each request reserves ``max_model_len`` tokens of KV (else its own prompt and output)."""
+
+    def _reservation(self, req: Request) -> int:
+        """KV blocks ``req`` reserves when it is admitted."""
+        return blocks(self.config.max_model_len)
 
     def schedule(self, now: float) -> tuple[Any, list[int], list[int]] | None:
-        reserve = blocks(self.config.max_model_len)
-        budget = self.config.max_batched_tokens - len(self.dec)
-        while self.waiting and self.running < self.config.max_batch and self.free >= reserve:
+        budget = self.config.max_batched_tokens - len(self.dec) * (1 + self.spec_k)
+        while self.waiting and self.running < self.config.max_batch:
             req = self.waiting[0]
-            if req.target > budget and self.chunks:
+            reserve = self._reservation(req)
+            if self.free < reserve:
                 break
+            if req.target > budget and (self.chunks or not self.reserves_max_model_len):
+                break  # Orca runs an oversized prompt alone; TensorRT-LLM without context chunking never does
             self.waiting.popleft()
             self.free -= reserve
             req.held = reserve
@@ -144,6 +156,23 @@ class OrcaReplica(Replica):
         if not self.chunks and not self.decoding:
             return None
         return self._step(), [], []
+
+
+class TrtllmReplica(OrcaReplica):
+    """TensorRT-LLM's in-flight batching with its default scheduler (PyTorch backend; NVIDIA's "Useful Runtime
+    Options": ``GUARANTEED_NO_EVICT`` is the default capacity policy, "to guarantee that a started request is never
+    paused"; ``SchedulerConfig.capacity_scheduler_policy``): a request is admitted, first come first served, only
+    when the KV blocks of its prompt and of its whole output (``max_tokens``) can be reserved for it, so nothing is
+    ever evicted and the batch is bounded by ``capacity / (prompt + output)``; the micro-batch scheduler fills a
+    step of ``max_num_tokens`` (``--max_batched_tokens``) with every running request's decode (``1 + K`` tokens
+    each with speculative decoding), then whole prompts (context chunking is off by default: a prompt that does not
+    fit the rest of the budget waits for the next step), up to ``max_batch_size`` (``--max_batch``) requests.
+    ``trtllm-bench``'s own choice of the two limits: :func:`simulator.serve.trtllm.bench_settings`."""
+
+    reserves_max_model_len = False
+
+    def _reservation(self, req: Request) -> int:
+        return blocks(req.prompt + req.output)
 
 
 class StaticReplica(Replica):
@@ -191,9 +220,7 @@ class StaticReplica(Replica):
         self.busy = False
         finished: list[Request] = []
         if self.decoding and self.dec:
-            self.tick += 1
-            self.tick_times.append(now)
-            self.dec_ctx += len(self.dec)
+            self._advance_decodes(now)
             while self.fin and self.fin[0][0] <= self.tick:
                 _, _, version, req = heapq.heappop(self.fin)
                 if version == req.version and req.where == "decode":
@@ -226,7 +253,7 @@ class StaticReplica(Replica):
         steps = self.tick - req.t0
         if steps:
             req.marks.append((self.index, req.t0, self.tick))
-        req.gen = req.g0 + steps
+        req.gen = min(req.g0 + steps, req.output)
         req.where = "padding"
         self.live -= 1
         self._done(req, now, finished)
@@ -240,5 +267,6 @@ class StaticReplica(Replica):
             self.free = self.total_blocks
 
 
-SCHEDULERS = {"vllm": VllmReplica, "sarathi": SarathiReplica, "orca": OrcaReplica, "static": StaticReplica}
+SCHEDULERS = {"vllm": VllmReplica, "sarathi": SarathiReplica, "orca": OrcaReplica, "static": StaticReplica,
+              "trtllm": TrtllmReplica}
 """``--scheduler`` values."""

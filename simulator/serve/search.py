@@ -32,7 +32,15 @@ from typing import Any
 
 import numpy as np
 
-from simulator.serve.cli import add_deployment_flags, deployment_of, fabric_options, scheduler_config, split_ratio
+from simulator.serve.cli import (
+    add_deployment_flags,
+    deployment_of,
+    fabric_options,
+    scheduler_config,
+    speculative_of,
+    split_ratio,
+    with_speculation,
+)
 from utils.cli import CliParser, positive_int, positive_number
 from utils.errors import ConfigError, UserError
 
@@ -100,7 +108,7 @@ def build_parser() -> CliParser:
                                 ("chunk_tokens", "sarathi token budgets", "2048")):
         p.add_argument(f"--{name}", metavar="N[,N...]", help=f"{text} to try (default {default})")
     p.add_argument("--scheduler", default="vllm", metavar="S[,S...]", help="schedulers to try: vllm, sarathi, orca, "
-                                                                           "static (default vllm)")
+                                                                           "static, trtllm (default vllm)")
     p.add_argument("--disaggregate", default="none", metavar="P:D[,...]",
                    help="prefill:decode ratios to try, 'none' for no disaggregation (default none)")
     p.add_argument("--max_batched_tokens", "--max-batched-tokens", type=positive_int, metavar="N",
@@ -127,7 +135,7 @@ def layouts(args: argparse.Namespace) -> list[Layout]:
     gpus = [gpu_spec(g.strip()).name for g in args.gpu_type.split(",") if g.strip()]
     if not gpus:
         raise ConfigError("--gpu_type: give a GPU type or a comma list")
-    schedulers = _words(args.scheduler, "--scheduler", ("vllm", "sarathi", "orca", "static"))
+    schedulers = _words(args.scheduler, "--scheduler", ("vllm", "sarathi", "orca", "static", "trtllm"))
     ratios = [r.strip() for r in args.disaggregate.split(",") if r.strip()]
     out = []
     for gpu, tp, pp, ep, dp, sched, batch, ratio in itertools.product(
@@ -177,14 +185,15 @@ def evaluate(settings: dict[str, Any], layout: Layout) -> dict[str, Any]:
     try:
         config = scheduler_config(args, probe, layout.gpu_type)
         budget = config.chunk_tokens if layout.scheduler == "sarathi" else config.max_batched_tokens
+        k, a = speculative_of(args)
         if args.step_cost:
-            cost = linear_cost(args.step_cost)
+            cost = with_speculation(linear_cost(args.step_cost), k, a)
         else:
             cost = cost_model(args.model_name, layout.gpu_type, args.topology, tp=layout.tp, pp=layout.pp,
                               ep=layout.ep, dp=layout.dp, dtype=args.dtype, kv_dtype=args.kv_dtype,
                               cuda_graphs=not args.eager, options=fabric_options(args, layout.gpu_type),
                               gpus=row["gpus"], max_num_batched_tokens=budget, max_num_seqs=config.max_batch,
-                              fabrics=_FABRICS)
+                              fabrics=_FABRICS, speculative_tokens=k, acceptance_rate=a)
         prefill = split_ratio(layout.disaggregate, layout.replicas) if layout.disaggregate else 0
         deployment = deployment_of(args, config, prefill, {"tp": layout.tp, "pp": layout.pp, "ep": layout.ep,
                                                             "dp": layout.dp})

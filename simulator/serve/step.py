@@ -71,7 +71,10 @@ class LinearStepCost:
     """A step cost given by coefficients: ``step_s = base_s + prefill_token_s x prefill_tokens + attention_s x
     prefill_attention + decode_seq_s x decode_seqs + decode_context_s x decode_context`` (seconds), ``transfer_s +
     tokens x transfer_token_s`` to move KV; ``kv_capacity_tokens`` tokens of KV.  Exact arithmetic for
-    hand-derived timelines; also a measured profile's linear fit for what-if runs."""
+    hand-derived timelines; also a measured profile's linear fit for what-if runs.  ``tokens_per_decode_step``
+    (speculative decoding: the tokens a decode step emits per sequence on average) and ``speculative_tokens`` (the
+    draft tokens each decode verifies, taking ``1 + K`` tokens of a step's budget) tell the engine what a decode
+    step emits; the coefficients price the step as given."""
 
     base_s: float = 0.0
     prefill_token_s: float = 0.0
@@ -83,6 +86,8 @@ class LinearStepCost:
     transfer_s: float = 0.0
     transfer_token_s: float = 0.0
     replica_gpus: int = 1
+    tokens_per_decode_step: float = 1.0
+    speculative_tokens: int = 0
 
     def step_s(self, step: _BatchStep) -> float:
         return (self.base_s + self.prefill_token_s * step.prefill_tokens + self.attention_s * step.prefill_attention

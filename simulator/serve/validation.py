@@ -11,9 +11,18 @@ Sources (numbers as published; the command of each row reproduces it):
   second).  Llama-3 70B TP4, Llama-3.1 8B TP1, Mixtral 8x7B TP2, bf16.  The engine of that build is vLLM V1 (chunked
   prefill, CUDA graphs) run offline (the ``LLM`` class): ``--scheduler sarathi --chunk_tokens 16384 --max_batch
   1024``, V1's defaults for the ``LLM`` class on GPUs of 70 GiB or more other than the A100
-  (``vllm/engine/arg_utils.py``, ``get_batch_defaults``: 16384 batched tokens and 1024 sequences).  The ShareGPT
-  rows draw their lengths from our ``sharegpt`` preset (its means are the dataset's; its spread an assumption), so
-  they also test that preset.
+  (``vllm/engine/arg_utils.py``, ``get_batch_defaults``: 16384 batched tokens and 1024 sequences).  The throughput
+  test (``.buildkite/nightly-benchmarks/tests/throughput-tests.json``: ``num_prompts`` 200, ``load_format`` dummy,
+  ``backend`` vllm) runs ``benchmark_throughput.py``: 200 ShareGPT requests sampled with seed 0 (first human turn as
+  the prompt, the answer's token count as ``max_tokens`` with ``ignore_eos``), all given to ``LLM.generate`` at
+  once; requests/s = 200 / the time to the last answer.  The ShareGPT rows draw their lengths from our ``sharegpt``
+  preset (its means are the dataset's; its spread an assumption: no statistics of the 200 sampled requests are
+  published), so they test that preset more than the step model: with all 200 requests running at once the run
+  ends when the longest answer does, and over half of the simulated run decodes 32 requests or fewer.  The published
+  latency rows (8 requests, 128 tokens) put a decode step of these layouts at 6.5-19.1 ms (latency / 128), and no
+  step of a run is shorter than a decode of a few requests, so the published throughput rows (200 / requests/s =
+  8.9-22.6 s) bound the sample's longest answer at about 1,180-1,360 Llama-3 tokens (makespan / step); the
+  preset's seed-0 sample holds one of 1,706 tokens.
 - ``vllm-nightly-h100``: the same benchmark on H100 (the report as stored under
   buildkite.com/elastic/enterprise-search-ruby/builds/571, whose content is vLLM's performance-benchmark page).
 - ``nim``: NVIDIA NIM LLM benchmarking, performance page (docs.nvidia.com/nim/benchmarking/llm/1.0.0/performance):
@@ -27,8 +36,12 @@ Sources (numbers as published; the command of each row reproduces it):
   burst's queue is not the steady state the table reports; the page does not state its request counts).
 - ``trtllm``: TensorRT-LLM's performance overview (NVIDIA/TensorRT-LLM docs/source/performance/perf-overview.md at
   00f37686): ``trtllm-bench throughput`` with every request queued at once, output tokens/s, ModelOpt FP8
-  checkpoints (FP8 weights; FP8 KV assumed), the request counts of its table; ``--scheduler sarathi --chunk_tokens
-  8192 --max_batch 2048`` (TensorRT-LLM's default ``max_num_tokens`` and ``max_batch_size``).
+  checkpoints (FP8 weights; FP8 KV assumed), the request counts of its table.  ``--scheduler trtllm``: TensorRT-LLM's
+  default capacity policy ``GUARANTEED_NO_EVICT`` (each request reserves its prompt and whole output; nothing is
+  preempted) without context chunking (its default); ``--max_batch`` / ``--max_batched_tokens`` are the
+  ``max_batch_size`` / ``max_num_tokens`` trtllm-bench derives from the dataset and the KV memory
+  (:func:`simulator.serve.trtllm.bench_settings`, its ``calc_engine_setting`` at the default
+  ``--kv_cache_free_gpu_mem_fraction`` 0.90; ``tests/test_serve_trtllm.py`` checks the table below against it).
 """
 
 from __future__ import annotations
@@ -43,8 +56,12 @@ _NIGHTLY_H100 = "vLLM performance-benchmark on H100 (stored under buildkite.com/
 _NIM = "NVIDIA NIM benchmarking performance page, Llama-3.3-70B-Instruct NIM 1.8.0, 2 x H100 FP8 TP2, 5000/500"
 _TRTLLM = "TensorRT-LLM perf-overview.md (00f37686), trtllm-bench throughput, FP8"
 _V1 = ("--scheduler", "sarathi", "--chunk_tokens", "16384", "--max_batch", "1024")
-_TRT = ("--scheduler", "sarathi", "--chunk_tokens", "8192", "--max_batch", "2048", "--dtype", "float8",
-        "--kv_dtype", "float8")
+_TRT = ("--scheduler", "trtllm", "--dtype", "float8", "--kv_dtype", "float8")
+TRT_SETTINGS = {("llama3_8B", "H100", 1, 1000, 1000): (640, 2048), ("llama3_8B", "H100", 1, 2048, 128): (512, 9216),
+                ("llama3_8B", "H100", 1, 128, 2048): (512, 2048), ("llama3_70B", "H100", 2, 1000, 1000): (384, 2048),
+                ("llama3_70B", "H100", 2, 2048, 128): (256, 4608), ("llama3_70B", "H100", 2, 128, 2048): (256, 2048),
+                ("llama3_70B", "H200", 1, 1000, 1000): (224, 2048)}
+"""(model, GPU, TP, ISL, OSL) -> trtllm-bench's (max_batch_size, max_num_tokens): ``bench_settings``' values."""
 
 
 @dataclass(frozen=True)
@@ -88,10 +105,11 @@ def _nim(concurrency: int, metric: str, value: float) -> ServingCase:
 
 
 def _trt(gpu: str, model: str, tp: int, isl: int, osl: int, requests: int, tokens_per_s: float) -> ServingCase:
+    batch, tokens = TRT_SETTINGS[(model, gpu, tp, isl, osl)]
     return ServingCase(f"TRT-LLM {model} TP{tp} {gpu} {isl}/{osl}", _TRTLLM, "output_tokens_per_s", tokens_per_s,
                        ("--gpu_type", gpu, "--model_name", model, "--tensor_model_parallel_size", str(tp), *_TRT,
-                        "--concurrency", str(requests), "--num_requests", str(requests), "--prompt_tokens", str(isl),
-                        "--output_tokens", str(osl)))
+                        "--max_batch", str(batch), "--max_batched_tokens", str(tokens), "--concurrency", str(requests),
+                        "--num_requests", str(requests), "--prompt_tokens", str(isl), "--output_tokens", str(osl)))
 
 
 CASES: list[ServingCase] = [
@@ -169,4 +187,4 @@ def _unit(metric: str) -> tuple[str, float]:
     return ("req/s", 1.0) if metric == "requests_per_s" else ("tok/s", 1.0)
 
 
-__all__: Sequence[str] = ("CASES", "ServingCase", "main", "run_case")
+__all__: Sequence[str] = ("CASES", "TRT_SETTINGS", "ServingCase", "main", "run_case")
