@@ -99,12 +99,19 @@ def repeat_segments(seq: Sequence[Any], times: int, names: Sequence[str] | None 
     return out
 
 
+LOOP_TIMES = 12
+"""Up to this many repeats :func:`repeat_sum` adds in the plain loop: its binade analysis costs about ten additions'
+time per addend (a floor, a division, the tie checks), so a short repeat (a GPT-7B file's ga 8) is cheaper added out.
+Both give the same double: the loop is the reference."""
+
+
 def repeat_sum(total: float, addends: Sequence[float], times: int) -> float:
     """``total`` after ``for _ in range(times): for a in addends: total += a``, bit for bit, in
     O(len(addends) x binades crossed).  Falls back to the loop for negative or non-finite values."""
     if times <= 0 or not addends:
         return total
-    if times == 1 or not (total >= 0.0 and math.isfinite(total)) or any(not (a >= 0.0 and a < math.inf) for a in addends):
+    if times <= LOOP_TIMES or not (total >= 0.0 and math.isfinite(total)) or any(
+            not (a >= 0.0 and a < math.inf) for a in addends):
         for _ in range(times):
             for a in addends:
                 total += a

@@ -1,37 +1,47 @@
-"""``python -m simulator search``: rank every feasible parallel layout of a model on a cluster.
+"""``python -m simulator search``: rank every feasible parallel layout of a model on a cluster, or sweep clusters.
 
     python -m simulator search -t topo.txt --gpu_type H100 --model_name llama3_405B --world_size 16384 \\
         --global_batch 2048 --seq_length 8192 --use_flash_attn -o layouts.csv --plot pareto.png --html layouts.html
+    python -m simulator search --topo_gen "-topo Spectrum-X" --gpu_type H100,H200,B200 --world_size 1024,2048,4096 \\
+        --model_name llama3_70B --global_batch 1024 --seq_length 8192 -o sweep.csv --html sweep.html
 
-For each GPU count (``--world_size``, a number or a comma list) the search enumerates the layouts of
-:mod:`simulator.search_space` (TP, PP, DP, EP, model chunks, micro-batch, recomputation, sequence
-parallelism, distributed optimizer, rank order), drops those Megatron-LM rejects and those that do not
-fit the GPU's memory (:mod:`mocked_model.memory`), and simulates the rest with ``--model topo`` on the
-topology (``-t FILE``, or ``--topo_gen "FLAGS"``: ``python -m topo.gen`` flags, run with ``-g`` per
-GPU count), best lower bound first.  A layout whose compute-only lower bound exceeds the
-``--top``-th best time found so far is pruned (``--no_prune`` simulates every one).
+For each sweep point (:mod:`simulator.sweep`: a GPU type, a GPU count and a topology) the search enumerates the
+layouts of :mod:`simulator.search_space` (TP, CP, PP, DP, EP and expert TP, model chunks, micro-batch, recomputation,
+sequence parallelism, distributed optimizer, rank order, TP-communication overlap), drops those Megatron-LM rejects
+and those that do not fit the GPU's memory (less ``--memory_headroom_gib``), bounds each of the rest from below
+(:mod:`simulator.search_cache`: the pipeline's critical chain of computation and of the communication no schedule
+hides, :mod:`simulator.search_comm`), and simulates them with ``--model topo`` best bound first.  A layout whose
+bound exceeds its point's ``--top``-th best simulated time cannot enter that point's best and is not simulated
+(``--no_prune`` simulates every one); every time reported is a full simulation's.
 
-The work runs on every local core (``--jobs``, a process pool) or on a Ray cluster (``--ray
-ADDRESS``, ``pip install .[ray]``); rows are appended to ``-o`` as they arrive, so an interrupted search
-keeps what it found and ``--resume`` continues it; at the end the CSV is rewritten ranked (fastest
-iteration first), with the Pareto plot (``--plot``) and an HTML page (``--html``) when asked.
+The work runs here (``--jobs 1``), on worker processes that die with the search (``--jobs``, at most the CPUs) or on
+a Ray cluster (``--ray ADDRESS``); rows are appended to ``-o`` as they arrive, each with its job's fingerprint, so an
+interrupted search keeps what it found and ``--resume`` continues it (:mod:`simulator.search_files`); at the end the
+CSV is rewritten ranked (fastest iteration first), with the plot (``--plot``) and a page (``--html``) when asked.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
+import bisect
 import os
 import sys
 import tempfile
+import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from simulator.search_space import LAYOUT_FIELDS, Layout, build_job, check_space, compute_bound_s, layouts
+from simulator.search_files import BREAKDOWN_FIELDS, HEADER, RESULT_FIELDS, layout_key, line_of, read_rows, write_ranked
+from simulator.search_pool import LocalPool, RayPool, in_flight, simulate_layout, worker_count
+from simulator.search_space import Layout, build_job, check_space, compute_bound_s, layouts
+from simulator.sweep import Point
 from utils.cli import CliParser, add_job_flags, positive_int
 from utils.errors import ConfigError, UserError
+
+_in_flight = in_flight  # simulator.serve.search's task pump
+__all__ = ["BREAKDOWN_FIELDS", "HEADER", "RESULT_FIELDS", "compute_bound_s", "main", "simulate_layout"]
 
 PROG = "simulator search"
 JOB_GROUPS = ("general", "model", "Megatron", "MoE", "AIOB", "DeepSeek")
@@ -42,36 +52,49 @@ SKIP = ("output", "output_dir", "workload_only", "enable_visual", "pp_rank", "ep
         "recompute_activations", "enable_sequence_parallel", "use_distributed_optimizer", "use_tp_pp_dp_mapping",
         "tp_comm_overlap", "context_parallel_size", "overlap_param_gather")
 """Job flags the search does not take (the layout's own, and output ones)."""
-RESULT_FIELDS = ("iteration_s", "tokens_per_s_per_gpu", "mfu", "memory_gib")
-BREAKDOWN_FIELDS = ("tp_comm_overlap", "overlap_param_gather", "cp", "etp",
-                    "world_size", "first_stage_layers", "last_stage_layers", "compute_s",
-                    "exposed_comm_s", "bubble_s",
-                    "tp_exposed_s", "ep_exposed_s", "dp_exposed_s", "pp_exposed_s", "cp_exposed_s", "memory_weights_gib",
-                    "memory_activations_gib", "lower_bound_s")
-HEADER = tuple(f for f in LAYOUT_FIELDS if f not in BREAKDOWN_FIELDS) + RESULT_FIELDS + \
-    BREAKDOWN_FIELDS
+
+MODEL_ERROR = 0.036
+"""The model's mean |error| against published and measured runs, the largest of the three validation suites'
+(``python -m simulator validate``; README "Simulating with the topology": Korthikanti et al. 2.2%, Narayanan et al.
+3.4%, the H200 Megatron-core steps 3.6%; the largest single error 8.3%).  Layouts closer than this to the best are
+reported as ties: the ranking among them is inside what the model can tell apart."""
+
+MAX_LAYOUTS = 200_000
+"""Default ``--max_layouts``: planning takes about 0.1 ms per layout, so this is under a minute."""
+
+PROGRESS_EVERY_S = 10.0
+"""Seconds between progress lines when stderr is not a terminal (a log file, pssh): a line, not a bar."""
 
 
 def build_parser() -> CliParser:
     p = CliParser(prog=PROG, allow_abbrev=False,
-                  description="Rank every feasible parallel layout of a model on a topology (see --help of "
-                              "python -m simulator for the job flags).")
+                  description="Rank every feasible parallel layout of a model on a topology, or sweep GPU types, "
+                              "GPU counts and topologies (see --help of python -m simulator for the job flags).")
     p.add_argument("-t", "--topology", metavar="FILE", help="SimAI topology file (python -m topo.gen)")
-    p.add_argument("--topo_gen", metavar="FLAGS",
-                   help="python -m topo.gen flags to build a topology for each GPU count (its -g is set per count), "
-                        "e.g. \"-topo Spectrum-X --pods 4\"")
+    p.add_argument("--topo_gen", "--topo-gen", metavar="FLAGS", action="append",
+                   help="python -m topo.gen flags to build a topology for each GPU count and GPU type (its -g and -gt "
+                        "are set per point), e.g. \"-topo Spectrum-X --pods 4\"; repeat it to sweep topologies")
     p.add_argument("--world_size", "--world-size", metavar="N[,N...]", required=True,
                    help="GPU count, or a comma list of counts to compare")
+    p.add_argument("--gpu_type", "--gpu-type", metavar="GPU[,GPU...]",
+                   help="GPU type of the compute model's table (its times and memory), or a comma list to sweep, e.g. "
+                        "H100,H200,B200")
     p.add_argument("-o", "--output", metavar="FILE.csv", required=True, help="the ranked CSV (rows appended as found)")
-    p.add_argument("--plot", metavar="FILE.png", help="the Pareto plot: iteration time against GPUs or memory")
+    p.add_argument("--plot", metavar="FILE.png", help="the Pareto plot: iteration time against GPUs, memory or cost")
     p.add_argument("--html", metavar="FILE.html", help="a self-contained HTML page of the results")
-    p.add_argument("--jobs", type=positive_int, metavar="N", help="worker processes (default: every core)")
-    p.add_argument("--ray", metavar="ADDRESS", help="run on this Ray cluster (ray://host:port or auto)")
-    p.add_argument("--resume", action="store_true", help="keep the rows already in -o and simulate the rest")
+    p.add_argument("--jobs", type=positive_int, metavar="N", help="worker processes (default and most: the CPUs)")
+    p.add_argument("--ray", metavar="ADDRESS", help="run on this Ray cluster (ray://host:port, host:port or auto)")
+    p.add_argument("--resume", action="store_true", help="keep the rows already in -o (same job only) and simulate "
+                   "the rest")
     p.add_argument("--top", type=positive_int, default=20, metavar="K",
-                   help="prune layouts whose lower bound exceeds the K-th best time found (default 20)")
+                   help="per sweep point, prune layouts whose lower bound exceeds the K-th best time (default 20)")
     p.add_argument("--no_prune", "--no-prune", action="store_true", help="simulate every layout that fits")
     p.add_argument("--limit", type=positive_int, metavar="N", help="simulate at most N layouts (best bounds first)")
+    p.add_argument("--max_layouts", type=positive_int, default=MAX_LAYOUTS, metavar="N",
+                   help=f"refuse a space of more than N layouts before planning it (default {MAX_LAYOUTS:,})")
+    p.add_argument("--memory_headroom_gib", type=float, default=0.0, metavar="GIB",
+                   help="keep this much of each GPU's memory free: layouts whose most loaded GPU needs more than the "
+                        "capacity less GIB are dropped (default 0)")
     for name, text in (("tp", "tensor-parallel sizes"), ("pp", "pipeline-parallel sizes"), ("ep", "expert-parallel sizes"),
                        ("vpp", "model chunks per pipeline stage"), ("micro_batches", "micro-batch sizes")):
         p.add_argument(f"--{name}", metavar="N[,N...]", help=f"{text} to try (default: every one that divides)")
@@ -92,16 +115,19 @@ def build_parser() -> CliParser:
     p.add_argument("--overlap_param_gather", "--overlap-param-gather", choices=("both", "on", "off"), default="on",
                    help="Megatron's --overlap-param-gather (with --overlap-grad-reduce, which it needs) in the layouts "
                         "with the distributed optimizer: on (default, as the NeMo / Megatron-Bridge recipes), off or both")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress and no summary lines (errors still)")
     p.set_defaults(job_flags=frozenset(add_job_flags(p, JOB_GROUPS, SKIP)))
     return p
 
+
+# ---- planning ---------------------------------------------------------------------------------------
 
 @dataclass
 class Candidate:
     layout: Layout
     bound_s: float
-    memory: Any
+    memory_gib: float
+    point: Point
 
 
 @dataclass
@@ -112,28 +138,58 @@ class Plan:
     enumerated: int
     rejected: Counter
     too_big: int
-    smallest_memory: tuple[float, Layout] | None
+    smallest_memory: tuple[float, Layout, Point] | None
+    headroom_gib: float = 0.0
 
 
-def plan(base: dict[str, Any], worlds: Sequence[int], gpu: str, space: Any) -> Plan:
-    """Enumerate, validate and bound every layout of every GPU count."""
-    from mocked_model.memory import GIB, estimate_memory
+def space_size(model: Any, sizes: Sequence[int], global_batch: int, space: Any, limit: int) -> int:
+    """How many layouts the space holds, counted up to ``limit + 1`` (enumeration alone, microseconds a layout)."""
+    count = 0
+    for world in sizes:
+        for _ in layouts(model, world, global_batch, space):
+            count += 1
+            if count > limit:
+                return count
+    return count
+
+
+def plan(base: dict[str, Any], points: Sequence[Point], space: Any, headroom_gib: float = 0.0,
+         say=None) -> Plan:
+    """Enumerate, validate, check the memory of and bound every layout of every point."""
+    from simulator.search_cache import SearchCache
     from utils.cli import model_from, resolve
+    from workload_generator.limits import check_megatron
 
-    model = model_from(resolve({k: v for k, v in base.items()}))
+    model = model_from(resolve(dict(base)))
     global_batch = base.get("global_batch") or 4
     out: list[Candidate] = []
     rejected: Counter = Counter()
     too_big = enumerated = 0
-    smallest: tuple[float, Layout] | None = None
-    memories: dict[tuple, Any] = {}
-    bounds: dict[tuple, float] = {}
-    layer_cache: dict = {}
-    for world in worlds:
-        for layout in layouts(model, world, global_batch, space):
+    smallest: tuple[float, Layout, Point] | None = None
+    caches: dict[str, SearchCache] = {}
+    by_world: dict[int, list[Layout]] = {}
+    started = time.perf_counter()
+    last = started
+    for point in points:
+        cache = caches.get(point.gpu)
+        if cache is None:
+            cache = caches[point.gpu] = SearchCache(point.gpu)
+        given = {**base, **point.flags}
+        found = by_world.get(point.world)
+        if found is None:
+            found = by_world[point.world] = list(layouts(model, point.world, global_batch, space))
+        memories: dict[tuple, Any] = {}
+        bounds: dict[tuple, float] = {}
+        floor = _floor(point)
+        for layout in found:
             enumerated += 1
+            if say is not None and time.perf_counter() - last > PROGRESS_EVERY_S:
+                last = time.perf_counter()
+                say(f"planning: {enumerated:,} layouts checked in {last - started:.0f} s")
             try:
-                job = build_job(base, layout)
+                job = build_job(given, layout)
+                if _needs_size_check(job):
+                    check_megatron(job)  # the simulator would refuse its workload's size (--max_items): say why here
             except UserError as exc:
                 rejected[_reason(str(exc))] += 1
                 continue
@@ -141,20 +197,50 @@ def plan(base: dict[str, Any], worlds: Sequence[int], gpu: str, space: Any) -> P
             key = layout.key()[:9] + layout.key()[10:]
             memory = memories.get(key)
             if memory is None:
-                memory = memories[key] = estimate_memory(job, gpu)
-            need = memory.most_loaded.total_bytes / GIB
+                memory = memories[key] = cache.memory_estimate(job)
+            need = memory.most_loaded.total_bytes / 2**30
             if smallest is None or need < smallest[0]:
-                smallest = (need, layout)
-            if memory.fits is False:
+                smallest = (need, layout, point)
+            if memory.capacity_gib is not None and need > memory.capacity_gib - headroom_gib:
                 too_big += 1
                 continue
-            bound_key = key[:8] + key[9:]  # the bound ignores the distributed optimizer too
-            bound = bounds.get(bound_key)
+            # (the bound's communication depends on the rank order: where the groups and the pipeline's neighbours are)
+            bound = bounds.get(layout.key())
             if bound is None:
-                bound = bounds[bound_key] = compute_bound_s(job, gpu, layer_cache)
-            out.append(Candidate(layout, bound, memory))
-    out.sort(key=lambda c: (c.bound_s, c.layout))
-    return Plan(out, enumerated, rejected, too_big, smallest)
+                bound = bounds[layout.key()] = cache.bound_s(job, floor)
+            out.append(Candidate(layout, bound, need, point))
+    out.sort(key=lambda c: (c.bound_s, c.point.key, c.layout))
+    return Plan(out, enumerated, rejected, too_big, smallest, headroom_gib)
+
+
+def _floor(point: Point) -> Any:
+    """The point's :class:`simulator.search_comm.CommFloor` on the session its simulations will use (this process's;
+    pool workers fork with it), or None when the topology cannot be modelled here (the bound is then computation
+    only: looser, still a bound)."""
+    from simulator.search_comm import CommFloor
+    from simulator.search_pool import session_for
+
+    try:
+        return CommFloor(session_for(point.path), point.world)
+    except UserError:
+        return None
+
+
+def _needs_size_check(job: Any) -> bool:
+    """Whether to count the job's workload against ``--max_items`` while planning: only where the simulator would
+    build the whole schedule (:func:`simulator.topo_model._job_scripts` builds a 1F1B pipeline of more than ``pp +
+    SHORT_CYCLES`` micro-batches short of its middle cycles) and the schedule is long enough to come near the limit."""
+    from simulator.topo_model import SHORT_CYCLES
+
+    p = job.parallel
+    if p.ga * -(-job.model.num_layers // p.pp) < CHECKED_LAYER_STEPS:
+        return False  # far below any --max_items: counting the workload's items (milliseconds) is not worth it
+    return not (p.pp > 1 and not p.interleaved and p.ga > p.pp + SHORT_CYCLES)
+
+
+CHECKED_LAYER_STEPS = 10_000
+"""Micro-batches x layers per stage below which a layout's workload is not counted against ``--max_items`` in the
+planning (a layer is well under 100 items per micro-batch, so this is under a million of the default 5,000,000)."""
 
 
 def _reason(message: str) -> str:
@@ -163,208 +249,7 @@ def _reason(message: str) -> str:
     return " ".join(words[:8])
 
 
-# ---- the work -------------------------------------------------------------------------------------
-
-_SESSIONS: dict[str, Any] = {}
-"""One :class:`simulator.session.TopoSession` per topology and process: the topology is read once, and
-its fabric, routes, group shapes, NCCL costs and operation prices serve every layout after the first."""
-
-
-def simulate_layout(base: dict[str, Any], layout: Layout, topology: str, bound_s: float) -> dict[str, Any]:
-    """One row: simulate ``layout`` of the job ``base`` on ``topology`` (the process's session for it)."""
-    from simulator.options import TopoOptions
-    from simulator.session import TopoSession
-
-    session = _SESSIONS.get(topology)
-    if session is None:
-        session = _SESSIONS[topology] = TopoSession(topology)
-    job = build_job(base, layout)
-    result = session.simulate(job, TopoOptions())
-    return result_row(layout, job, result, bound_s)
-
-
-def result_row(layout: Layout, job: Any, result: Any, bound_s: float) -> dict[str, Any]:
-    t = result.totals
-    iteration = result.iteration_us / 1e6
-    st = result.details.stages[result.details.reported_stage]
-    memory = result.memory.summary() if result.memory is not None else {}
-    row: dict[str, Any] = {f: getattr(layout, f) for f in LAYOUT_FIELDS}
-    row.update(iteration_s=iteration, tokens_per_s_per_gpu=job.parallel.global_batch * job.training.seq_length
-               / iteration / layout.world_size, mfu=result.details.mfu, memory_gib=memory.get("memory_gib"),
-               world_size=layout.world_size, compute_s=t.compute_us / 1e6,
-               exposed_comm_s=max(t.total_us - t.compute_us - t.bubble_us, 0.0) / 1e6, bubble_s=t.bubble_us / 1e6,
-               tp_exposed_s=st.tp_exposed_us / 1e6, ep_exposed_s=st.ep_exposed_us / 1e6,
-               dp_exposed_s=(st.dp_exposed_us + st.dp_ep_exposed_us) / 1e6, pp_exposed_s=st.pp_exposed_us / 1e6,
-               cp_exposed_s=st.cp_exposed_us / 1e6,
-               memory_weights_gib=memory.get("memory_weights_gib"),
-               memory_activations_gib=memory.get("memory_activations_gib"), lower_bound_s=bound_s)
-    return row
-
-
-class LocalPool:
-    """Worker processes on this machine (``--jobs``)."""
-
-    def __init__(self, jobs: int) -> None:
-        from concurrent.futures import ProcessPoolExecutor
-
-        self.jobs = jobs
-        self.pool = ProcessPoolExecutor(max_workers=jobs) if jobs > 1 else None
-
-    def run(self, tasks: Iterable[tuple], pending_limit: int) -> Iterable[tuple[tuple, Any]]:
-        """Yield ``(task, row or exception)`` as tasks finish, keeping at most ``pending_limit`` in flight;
-        ``tasks`` is consumed lazily, so that pruning sees the results found so far."""
-        if self.pool is None:
-            for task in tasks:
-                try:
-                    yield task, simulate_layout(*task)
-                except UserError as exc:
-                    yield task, exc
-            return
-        from concurrent.futures import FIRST_COMPLETED, wait
-
-        pool = self.pool
-        for task, future in _in_flight(tasks, pending_limit, lambda task: pool.submit(simulate_layout, *task),
-                                       lambda futures: wait(futures, return_when=FIRST_COMPLETED)[0]):
-            try:
-                yield task, future.result()
-            except UserError as exc:
-                yield task, exc
-
-    def close(self) -> None:
-        if self.pool is not None:
-            self.pool.shutdown(wait=False, cancel_futures=True)
-
-
-def _in_flight(tasks: Iterable[tuple], pending_limit: int, submit: Callable[[tuple], Any],
-               wait_done: Callable[[list], Iterable]) -> Iterator[tuple[tuple, Any]]:
-    """Submit ``tasks`` (consumed lazily) with at most ``pending_limit`` in flight and yield ``(task,
-    handle)`` for each one ``wait_done`` (given the handles in flight) reports finished.  ``submit``
-    turns a task into a handle: a future of a process pool, or a Ray object reference."""
-    running: dict[Any, tuple] = {}
-    iterator = iter(tasks)
-    exhausted = False
-    while running or not exhausted:
-        while not exhausted and len(running) < pending_limit:
-            task = next(iterator, None)
-            if task is None:
-                exhausted = True
-                break
-            running[submit(task)] = task
-        if not running:
-            break
-        for handle in wait_done(list(running)):
-            yield running.pop(handle), handle
-
-
-class RayPool:
-    """Tasks on an existing Ray cluster (``--ray ADDRESS``); the topology files must be readable by its
-    workers at the same paths."""
-
-    def __init__(self, address: str) -> None:
-        try:
-            import ray
-        except ImportError:
-            raise ConfigError("--ray needs Ray: pip install '.[ray]'") from None
-        try:
-            ray.init(address=address, ignore_reinit_error=True, logging_level="ERROR", log_to_driver=False)
-        except Exception as exc:  # noqa: BLE001 - any failure to connect is the user's address
-            raise ConfigError(f"--ray {address}: cannot reach the Ray cluster ({str(exc).splitlines()[0]})") from None
-        self.ray = ray
-        self.remote = ray.remote(simulate_layout)
-        self.jobs = max(int(ray.cluster_resources().get("CPU", 1)), 1)
-
-    def run(self, tasks: Iterable[tuple], pending_limit: int) -> Iterable[tuple[tuple, Any]]:
-        ray = self.ray
-        for task, ref in _in_flight(tasks, pending_limit, lambda task: self.remote.remote(*task),
-                                    lambda refs: ray.wait(refs, num_returns=1)[0]):
-            try:
-                yield task, ray.get(ref)
-            except Exception as exc:  # noqa: BLE001 - a remote UserError arrives wrapped
-                yield task, exc
-
-    def close(self) -> None:
-        self.ray.shutdown()
-
-
-# ---- files ----------------------------------------------------------------------------------------
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return str(value)
-
-
-def read_rows(path: str) -> list[dict[str, Any]]:
-    """Rows of an earlier search's CSV (for ``--resume``); raises :class:`FormatError` if it is not one."""
-    from utils.errors import FormatError
-    from utils.io import read_text
-
-    text = read_text(path, "a search CSV (python -m simulator search -o)")
-    reader = csv.DictReader(text.splitlines())
-    if reader.fieldnames is None or tuple(reader.fieldnames) != HEADER:
-        raise FormatError(path, "not a search CSV of this version (its header differs); --resume needs one", line=1)
-    return list(reader)
-
-
-def _layout_key(row: dict[str, Any]) -> tuple:
-    return tuple(str(row[f]) for f in LAYOUT_FIELDS)
-
-
-def write_ranked(path: str, rows: list[dict[str, Any]]) -> None:
-    from utils.io import atomic_write
-
-    ranked = sorted(rows, key=lambda r: float(r["iteration_s"]))
-    lines = [",".join(HEADER)] + [",".join(_cell(r.get(f)) for f in HEADER) for r in ranked]
-    with atomic_write(path) as handle:
-        handle.write("\n".join(lines) + "\n")
-
-
-# ---- the command ----------------------------------------------------------------------------------
-
-def _worlds(text: str) -> list[int]:
-    try:
-        worlds = sorted({int(v) for v in text.split(",") if v.strip()})
-    except ValueError:
-        raise ConfigError(f"--world_size {text!r}: expected a GPU count or a comma list of counts") from None
-    if not worlds or worlds[0] < 1:
-        raise ConfigError(f"--world_size {text!r}: expected positive GPU counts")
-    return worlds
-
-
-def topologies(args: argparse.Namespace, worlds: list[int], folder: str) -> dict[int, str]:
-    """The topology file of each GPU count: ``-t FILE`` for all, or ``--topo_gen`` run per count."""
-    import shlex
-
-    if bool(args.topology) == bool(args.topo_gen):
-        raise ConfigError("give -t/--topology FILE or --topo_gen \"FLAGS\" (one of them)")
-    if args.topology:
-        from topo import read_topology
-
-        topo = read_topology(args.topology)
-        small = [w for w in worlds if w > topo.gpu_count]
-        if small:
-            raise ConfigError(f"{args.topology} has {topo.gpu_count} GPUs, fewer than --world_size {small[0]}")
-        from simulator.session import TopoSession
-
-        _SESSIONS[args.topology] = TopoSession(topo)  # the main process's (and forked workers') session
-        return dict.fromkeys(worlds, args.topology)
-    from topo.gen import main as topo_main
-
-    out = {}
-    flags = shlex.split(args.topo_gen)
-    for world in worlds:
-        path = os.path.join(folder, f"topology_{world}.txt")
-        with open(os.devnull, "w") as sink:
-            saved, sys.stdout = sys.stdout, sink
-            try:
-                topo_main([*flags, "-g", str(world), "-o", path])
-            finally:
-                sys.stdout = saved
-        out[world] = path
-    return out
-
+# ---- the command ------------------------------------------------------------------------------------
 
 def _join_topo_gen(argv: Sequence[str]) -> list[str]:
     """``--topo_gen "-topo Spectrum-X"`` as one argument: argparse takes a value that starts with a dash
@@ -378,125 +263,283 @@ def _join_topo_gen(argv: Sequence[str]) -> list[str]:
     return out
 
 
+def _guard_outputs(args: argparse.Namespace, base: dict[str, Any]) -> None:
+    """Every output checked before anything is read or written (issue 28, items 1 and 7): none may be an input (the
+    topology, a compute or spec file) or another output, or a symbolic link the search did not create."""
+    from utils.io import OutputError, guard_output
+
+    inputs: dict[str, Any] = {"-t/--topology": args.topology, "--comp_filepath": base.get("comp_filepath"),
+                              "--gpu_spec": base.get("gpu_spec")}
+    guard_output(args.output, inputs, "-o/--output")
+    taken = {"-o/--output": args.output}
+    for flag, value in (("--plot", args.plot), ("--html", args.html)):
+        if value:
+            guard_output(value, {**inputs, **taken}, flag)
+            for other, path in taken.items():  # outputs not written yet: the same path is the same file
+                if os.path.realpath(value) == os.path.realpath(path):
+                    raise OutputError(f"{flag} {value} is also {other}: one would overwrite the other")
+            taken[flag] = value
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(_join_topo_gen(sys.argv[1:] if argv is None else argv))
     base = {dest: getattr(args, dest) for dest in args.job_flags if hasattr(args, dest)}
-    gpu = base.get("gpu_type")
-    if not gpu:
-        raise ConfigError("the search needs --gpu_type (its memory and the compute model's times)")
-    from mocked_model.compute import gpu_spec
+    from simulator import sweep
 
-    gpu = gpu_spec(gpu).name
-    worlds = _worlds(args.world_size)
+    gpus = sweep.gpu_types(args.gpu_type or base.pop("gpu_spec", None))  # (a --gpu_spec FILE stands for its GPU)
+    sizes = sweep.worlds(args.world_size)
     space = check_space(vars(args))
-    done_rows: list[dict[str, Any]] = read_rows(args.output) if args.resume and os.path.exists(args.output) else []
-    done_keys = {_layout_key(r) for r in done_rows}
+    if args.memory_headroom_gib < 0 or args.memory_headroom_gib != args.memory_headroom_gib:
+        raise ConfigError(f"--memory_headroom_gib {args.memory_headroom_gib:g}: expected GiB to keep free, 0 or more")
+    if bool(args.topology) == bool(args.topo_gen):
+        raise ConfigError("give -t/--topology FILE or --topo_gen \"FLAGS\" (one of them)")
+    _guard_outputs(args, base)
+    say = (lambda text: None) if args.quiet else print
+    jobs = 1 if args.ray else worker_count(args.jobs, lambda text: print(text, file=sys.stderr))
+    from utils.cli import model_from, resolve
+
+    model = model_from(resolve({**base, "gpu_type": gpus[0]}))
+    count = space_size(model, sizes, base.get("global_batch") or 4, space, args.max_layouts)
+    if count > args.max_layouts:
+        raise ConfigError(f"the space holds more than --max_layouts {args.max_layouts:,} layouts per sweep point set "
+                          f"(over {count - 1:,}): narrow it with --tp, --pp, --micro_batches, --recompute or a smaller "
+                          "--global_batch, or raise --max_layouts")
     with tempfile.TemporaryDirectory() as folder:
-        paths = topologies(args, worlds, folder)
-        found = plan(base, worlds, gpu, space)
-        _say_plan(found, worlds, gpu, args.quiet)
-        if not found.candidates:
-            _write_header_only(args.output, done_rows)
-            if found.too_big == 0:
-                raise ConfigError(f"--world_size {args.world_size}: no layout of the model divides it (every one of the "
-                                  f"{found.enumerated} tried is rejected; most often: {_top_reason(found)})")
-            need, layout = found.smallest_memory or (0.0, None)
-            raise ConfigError(f"the model fits no layout on --world_size {args.world_size}: the smallest needs {need:.1f} "
-                              f"GiB per GPU ({_describe(layout)}), more than the {gpu}'s")
-        rows = _run(args, base, paths, found, done_rows, done_keys)
+        found_points = sweep.points(args.topology, args.topo_gen, gpus, sizes, folder)
+        from simulator.search_files import fingerprint, topology_identity
+
+        identities: dict[str, str] = {}
+        for point in found_points:
+            if point.path not in identities:
+                identities[point.path] = topology_identity(point.path if args.topology else None,
+                                                           None if args.topology else f"{point.topology} -g {point.world}")
+            point.job = fingerprint(base, point.gpu, identities[point.path])
+        done_rows = read_rows(args.output, {p.job for p in found_points}) \
+            if args.resume and os.path.exists(args.output) else []
+        local = LocalPool(jobs) if not args.ray and jobs > 1 else None
+        try:
+            rows, found = _plan_and_run(args, base, found_points, space, done_rows, jobs, sizes, gpus, say, local)
+        finally:
+            if local is not None:
+                local.close()
     write_ranked(args.output, rows)
-    if args.plot or args.html:
-        from simulator.search_report import html_page, pareto_png
-
-        png = pareto_png(rows, len(worlds) > 1)
-        contents: dict[str, str | bytes] = {}
-        if args.plot:
-            contents[args.plot] = png
-        if args.html:
-            contents[args.html] = html_page(rows, png, found, worlds, gpu)
-        from simulator.report import write_files
-
-        write_files(contents)
-    best = min(rows, key=lambda r: float(r["iteration_s"])) if rows else None
-    if best is not None:
-        print(f"best: {_describe_row(best)}: {float(best['iteration_s']):.3f} s per iteration, "
-              f"{float(best['tokens_per_s_per_gpu']):,.0f} tokens/s per GPU, MFU {float(best['mfu'] or 0) * 100:.1f}%, "
-              f"{float(best['memory_gib'] or 0):.1f} GiB")
+    _pictures(args, rows, found, sizes, gpus, base)
+    _say_results(rows, args, found_points, say)
     print(f"wrote {args.output} ({len(rows)} layouts ranked)")
     return 0
 
 
-def _run(args: argparse.Namespace, base: dict[str, Any], paths: dict[int, str], found: Plan,
-         done_rows: list[dict[str, Any]], done_keys: set) -> list[dict[str, Any]]:
+def plan_points(base: dict[str, Any], points: Sequence[Point], space: Any, headroom_gib: float, say,
+                local: LocalPool | None) -> Plan:
+    """:func:`plan` of every point, the points planned side by side on the pool's workers when there are several
+    (each worker then keeps the sessions of the topologies it planned on, for the simulations it gets)."""
+    if local is None or local.pool is None or len(points) < 2:
+        return plan(base, points, space, headroom_gib, say)
+    plans = [future.result() for future in [local.pool.submit(plan, base, [point], space, headroom_gib)
+                                            for point in points]]
+    smallest = [p.smallest_memory for p in plans if p.smallest_memory is not None]
+    candidates = [c for p in plans for c in p.candidates]
+    candidates.sort(key=lambda c: (c.bound_s, c.point.key, c.layout))
+    return Plan(candidates, sum(p.enumerated for p in plans), sum((p.rejected for p in plans), Counter()),
+                sum(p.too_big for p in plans), min(smallest, key=lambda m: m[0]) if smallest else None, headroom_gib)
+
+
+def _plan_and_run(args: argparse.Namespace, base: dict[str, Any], found_points: list[Point], space: Any,
+                  done_rows: list[dict[str, Any]], jobs: int, sizes: list[int], gpus: list[str], say,
+                  local: LocalPool | None) -> tuple[list[dict[str, Any]], Plan]:
+    """Plan the points, then simulate what can enter their best (the CSV written as rows arrive)."""
+    found = plan_points(base, found_points, space, args.memory_headroom_gib, say, local)
+    _say_plan(found, sizes, gpus, len(found_points), say)
+    if not found.candidates:
+        write_ranked(args.output, done_rows)
+        if found.too_big == 0:
+            raise ConfigError(f"--world_size {args.world_size}: no layout of the model divides it (every one of the "
+                              f"{found.enumerated} tried is rejected; most often: {_top_reason(found)})")
+        need, layout, point = found.smallest_memory or (0.0, None, None)
+        room = f" less --memory_headroom_gib {args.memory_headroom_gib:g}" if args.memory_headroom_gib else ""
+        raise ConfigError(f"the model fits no layout on --world_size {args.world_size}: the smallest needs {need:.1f} "
+                          f"GiB per GPU ({_describe(layout)}{' on ' + point.gpu if point else ''}), more than the "
+                          f"GPU's memory{room}")
+    rows = _run(args, base, found, done_rows, jobs, say, local)
+    return rows, found
+
+
+def _pictures(args: argparse.Namespace, rows: list[dict[str, Any]], found: Plan, sizes: list[int], gpus: list[str],
+              base: dict[str, Any]) -> None:
+    if not (args.plot or args.html):
+        return
+    from simulator.report import write_files
+    from simulator.search_report import html_page, pareto_png
+
+    png = pareto_png(rows)
+    contents: dict[str, str | bytes] = {}
+    if args.plot:
+        contents[args.plot] = png
+    if args.html:
+        contents[args.html] = html_page(rows, png, found, sizes, gpus, base, vars(args), MODEL_ERROR, args.top)
+    write_files(contents)
+
+
+def _run(args: argparse.Namespace, base: dict[str, Any], found: Plan, done_rows: list[dict[str, Any]], jobs: int,
+         say, local: LocalPool | None = None) -> list[dict[str, Any]]:
+    from simulator.search_files import open_rows
+
     rows = list(done_rows)
-    times = sorted(float(r["iteration_s"]) for r in rows)
-    todo = [c for c in found.candidates if c.layout.key() not in done_keys]
+    done_keys = {layout_key(r) for r in done_rows}
+    times: dict[tuple, list[float]] = {}
+    for r in rows:
+        times.setdefault((r["gpu_type"], r["topology"], int(r["world_size"])), []).append(float(r["iteration_s"]))
+    for values in times.values():
+        values.sort()
+    todo = [c for c in found.candidates
+            if layout_key({**{f: getattr(c.layout, f) for f in c.layout.__dataclass_fields__},
+                           "gpu_type": c.point.gpu, "topology": c.point.topology}) not in done_keys]
     if args.limit:
         todo = todo[:args.limit]
-    pruned = failures = 0
-    new_file = not (args.resume and done_rows)
+    pruned = failures = simulated = 0
+    append = bool(args.resume and done_rows)
     # the CSV exists (header, or the rows kept) before any worker starts: a failure leaves what was done
-    try:
-        stream = open(args.output, "w" if new_file else "a", newline="")  # noqa: SIM115 (closed below)
-    except OSError as exc:
-        from utils.io import OutputError
-
-        raise OutputError(f"cannot write {args.output}: {exc.strerror or exc}") from None
-    progress = None
+    stream = open_rows(args.output, append)
+    progress = _Progress(len(todo), args.quiet)
     pool: LocalPool | RayPool | None = None
     try:
-        if new_file:
+        if not append:
             stream.write(",".join(HEADER) + "\n")
             stream.flush()
-        pool = RayPool(args.ray) if args.ray else LocalPool(args.jobs or os.cpu_count() or 1)
-        if not args.quiet:
-            from tqdm import tqdm
+        pool = RayPool(args.ray) if args.ray else local or LocalPool(jobs)
 
-            progress = tqdm(total=len(todo), file=sys.stderr, unit="layout", disable=not sys.stderr.isatty())
+        def cannot_win(c: Candidate) -> bool:
+            best = times.get(c.point.key, ())
+            return not args.no_prune and len(best) >= args.top and c.bound_s > best[args.top - 1]
 
-        def tasks() -> Iterable[tuple]:
+        # a layout's rank orders go in one bundle, to one process, which builds their stage scripts once (they differ
+        # only in where the groups sit): the other order joins when it, too, could still enter the best
+        siblings: dict[tuple, list[int]] = {}
+        for i, c in enumerate(todo):
+            siblings.setdefault((c.point.key, c.layout.key()[:9] + c.layout.key()[10:]), []).append(i)
+        sent: set[int] = set()
+
+        def bundles() -> Iterable[tuple]:
             nonlocal pruned
-            for c in todo:
-                if not args.no_prune and len(times) >= args.top and c.bound_s > times[args.top - 1]:
-                    pruned += 1
-                    if progress is not None:
-                        progress.update(1)
+            for i, c in enumerate(todo):
+                if i in sent:
                     continue
-                yield (base, c.layout, paths[c.layout.world_size], c.bound_s)
+                if cannot_win(c):
+                    pruned += 1
+                    progress.update(simulated, pruned)
+                    continue
+                bundle = [i] + [j for j in siblings[(c.point.key, c.layout.key()[:9] + c.layout.key()[10:])]
+                                if j > i and j not in sent and not cannot_win(todo[j])]
+                sent.update(bundle)
+                yield tuple((base, todo[j].layout, todo[j].point.path, todo[j].bound_s, todo[j].point.columns())
+                            for j in bundle)
 
-        for _task, row in pool.run(tasks(), pending_limit=2 * pool.jobs):
-            if progress is not None:
-                progress.update(1)
-            if isinstance(row, Exception):
-                failures += 1
-                continue
-            rows.append(row)
-            times.append(float(row["iteration_s"]))
-            times.sort()
-            stream.write(",".join(_cell(row.get(f)) for f in HEADER) + "\n")
+        for _bundle, results in pool.run(bundles(), pending_limit=2 * pool.jobs):
+            for row in results:
+                simulated += 1
+                if isinstance(row, Exception):
+                    failures += 1
+                    continue
+                rows.append(row)
+                bisect.insort(times.setdefault((row["gpu_type"], row["topology"], int(row["world_size"])), []),
+                              float(row["iteration_s"]))
+                stream.write(line_of(row))
             stream.flush()
+            progress.update(simulated, pruned)
     finally:
         stream.close()
         if pool is not None:
             pool.close()
-        if progress is not None:
-            progress.close()
-    if not args.quiet:
-        print(f"simulated {len(rows) - len(done_rows)} layouts" + (f" ({len(done_rows)} kept from {args.output})"
-                                                                     if done_rows else "")
-              + f"; pruned {pruned} whose compute-only bound exceeds the {args.top}th best time"
-              + (f"; {failures} failed" if failures else ""))
+        progress.close()
+    say(f"simulated {simulated - failures} layouts" + (f" ({len(done_rows)} kept from {args.output})" if done_rows else "")
+        + f"; pruned {pruned} whose lower bound exceeds their point's {args.top}th best time"
+        + (f"; {failures} failed" if failures else ""))
     return rows
 
 
-def _say_plan(found: Plan, worlds: list[int], gpu: str, quiet: bool) -> None:
-    if quiet:
-        return
+class _Progress:
+    """A bar on a terminal (tqdm: rate and ETA), a line every :data:`PROGRESS_EVERY_S` seconds elsewhere.  The ETA
+    assumes every remaining layout is simulated: pruning makes the search end sooner."""
+
+    def __init__(self, total: int, quiet: bool) -> None:
+        self.total, self.quiet = total, quiet
+        self.bar = None
+        self.started = self.last = time.perf_counter()
+        self.done = 0
+        if quiet:
+            return
+        if sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, file=sys.stderr, unit="layout")
+
+    def update(self, simulated: int, pruned: int) -> None:
+        if self.quiet:
+            return
+        done = simulated + pruned
+        if self.bar is not None:
+            self.bar.update(done - self.done)
+            self.done = done
+            return
+        now = time.perf_counter()
+        if now - self.last < PROGRESS_EVERY_S:
+            return
+        self.last = now
+        rate = simulated / (now - self.started) if simulated else 0.0
+        left = self.total - done
+        eta = f", at most {left / rate:.0f} s left" if rate > 0 else ""
+        print(f"search: {done:,} of {self.total:,} layouts ({simulated:,} simulated, {pruned:,} pruned), "
+              f"{rate:.1f} simulated/s{eta}", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _say_plan(found: Plan, sizes: list[int], gpus: list[str], npoints: int, say) -> None:
     dropped = sum(found.rejected.values())
-    print(f"{found.enumerated} layouts on {', '.join(map(str, worlds))} GPUs: {dropped} rejected by Megatron's rules, "
-          f"{found.too_big} do not fit the {gpu}'s memory, {len(found.candidates)} to simulate")
+    room = f" less {found.headroom_gib:g} GiB of headroom" if found.headroom_gib else ""
+    where = f"{', '.join(map(str, sizes))} GPUs" + (f" ({npoints} sweep points)" if npoints > 1 else "")
+    say(f"{found.enumerated} layouts on {where}: {dropped} rejected by Megatron's rules, {found.too_big} do not fit "
+        f"the {'/'.join(gpus)}'s memory{room}, {len(found.candidates)} to simulate")
     for reason, count in found.rejected.most_common(3):
-        print(f"  rejected {count}: {reason} ...")
+        say(f"  rejected {count}: {reason} ...")
+
+
+def _say_results(rows: list[dict[str, Any]], args: argparse.Namespace, points: list[Point], say) -> None:
+    """The best layout (of each point in a sweep), the ties within the model's error, the Pareto front."""
+    if not rows:
+        return
+    from simulator.search_report import ties
+    from simulator.sweep import best_per_point, pareto_rows
+
+    best = min(rows, key=lambda r: float(r["iteration_s"]))
+    print(f"best: {_describe_row(best)}: {float(best['iteration_s']):.3f} s per iteration, "
+          f"{float(best['tokens_per_s_per_gpu']):,.0f} tokens/s per GPU, MFU {float(best['mfu'] or 0) * 100:.1f}%, "
+          f"{float(best['memory_gib'] or 0):.1f} GiB, {float(best['gpu_hours_per_million_tokens']):.3g} GPU-hours per "
+          "million tokens")
+    if len(points) > 1:
+        say("best per sweep point (cheapest per token first):")
+        for r in best_per_point(rows):
+            say(f"  {r['world_size']} {r['gpu_type']} on {r['topology']}: {float(r['iteration_s']):.3f} s, "
+                f"{float(r['gpu_hours_per_million_tokens']):.3g} GPU-h per Mtoken, MFU {float(r['mfu'] or 0) * 100:.1f}%"
+                f" ({_describe_row(r)})")
+        front = pareto_rows(rows)
+        say(f"Pareto front (iteration time against GPU-hours per token): {len(front)} layouts, "
+            + "; ".join(f"{r['world_size']} {r['gpu_type']} {float(r['iteration_s']):.2f} s "
+                        f"{float(r['gpu_hours_per_million_tokens']):.3g}" for r in front[:6]))
+    note = ties(rows, MODEL_ERROR)
+    if note:
+        say(note)
+        # the best by a margin the model cannot resolve may sit at the memory's edge: name the lightest of its ties
+        point = (best["gpu_type"], best["topology"], str(best["world_size"]))
+        close = [r for r in rows if (r["gpu_type"], r["topology"], str(r["world_size"])) == point
+                 and float(r["iteration_s"]) <= float(best["iteration_s"]) * (1 + MODEL_ERROR)]
+        light = min(close, key=lambda r: float(r["memory_gib"] or 0))
+        if float(light["memory_gib"] or 0) < 0.9 * float(best["memory_gib"] or 0):
+            say(f"the lightest of them: {_describe_row(light)}: {float(light['iteration_s']):.3f} s "
+                f"({(float(light['iteration_s']) / float(best['iteration_s']) - 1) * 100:+.1f}%), "
+                f"{float(light['memory_gib']):.1f} GiB (--memory_headroom_gib keeps room on every GPU)")
 
 
 def _top_reason(found: Plan) -> str:
@@ -516,8 +559,3 @@ def _describe_row(row: dict[str, Any]) -> str:
     return (f"tp {row['tp']}{cp} pp {row['pp']} dp {row['dp']} ep {row['ep']} vpp {row['vpp']} micro {row['micro_batch']} "
             f"recompute {row['recompute']} sp {row['sequence_parallel']} dist-opt {row['distributed_optimizer']} "
             f"order {row['order']}{' tp-comm-overlap' if str(row.get('tp_comm_overlap')) == 'True' else ''}")
-
-
-def _write_header_only(path: str, rows: list[dict[str, Any]]) -> None:
-    """The partial CSV of a search that found nothing to simulate (what was done: nothing new)."""
-    write_ranked(path, rows)

@@ -31,7 +31,6 @@ from dataclasses import dataclass, replace
 from operator import attrgetter
 
 from simulator import simai_tables
-from simulator.busbw_file import GROUP_SECTIONS
 from simulator.cfloat import f32
 from simulator.options import SimAIOptions
 from simulator.repeat import RepeatedLayers, repeat_segments, repeat_sum
@@ -267,7 +266,7 @@ class SimAIModel:
         ratio, model_bw = 1.0, None
         if comm_type is None:
             time_ns, how = 0, "none"
-        elif self.busbw_file is not None and group in GROUP_SECTIONS:
+        elif self.busbw_file is not None and group in _group_sections():
             # -busbw: SimAI's pre-1.7 binary: the file's busbw, no ratio table, no fixed small-message latency
             if n <= 1:
                 time_ns, how = 0, "group-size-1"
@@ -480,3 +479,10 @@ def report_bandwidths(comm_type: str | None, n: int, size: int, time_ns: int) ->
     else:
         busbw = 0.0
     return algbw, busbw
+
+
+def _group_sections() -> dict[str, str]:
+    """:data:`simulator.busbw_file.GROUP_SECTIONS`, imported only by the runs that read a busbw.yaml (``-busbw``)."""
+    from simulator.busbw_file import GROUP_SECTIONS
+
+    return GROUP_SECTIONS
