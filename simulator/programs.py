@@ -30,8 +30,10 @@ workloads, unbalanced stages included).  Both give the same structures to the on
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from simulator.repeat import find_blocks, repeat_segments
@@ -161,8 +163,15 @@ def _step_program(overlapped: bool, deferred: list[Op]) -> Program:
     step.ops.extend(deferred)
     return step
 
+
+@lru_cache(maxsize=4096)
+def _classify(token: str, column: str) -> tuple[str | None, str]:
+    """:func:`classify`, remembered: a file spells a few tokens, and 10^6 records ask 3 x 10^6 times."""
+    return classify(token, column)
+
+
 def _simai_comm(token: str, column: str, size: int) -> tuple[str, str] | None:
-    comm_type, group = classify(token, column)
+    comm_type, group = _classify(token, column)
     if comm_type is None or size <= 0:
         return None
     if group not in SIMAI_GROUPS:
@@ -181,6 +190,8 @@ def scripts_from_simai(workload, gpus: int, overlap_grad_reduce: bool) -> Script
     loss) run once in the step program, in file order, every column blocking.  When the records do
     not repeat ``ga`` times, every micro-batch runs the whole file at 1/ga of its times (a warning
     says so).  Every stage runs the same records (SimAI's assumption); p2p sends carry ``pp_comm``.
+    Blocks alike record for record share one program pair; a block no other micro-batch runs is a
+    :class:`BlockProgram` pair, which holds no ops (a file of 10^6 records that all differ holds none).
     """
     header = workload.header
     path = workload.path
@@ -200,7 +211,8 @@ def scripts_from_simai(workload, gpus: int, overlap_grad_reduce: bool) -> Script
     if pp > 1 and not pp_comm:
         warnings.append(f"{path} gives no pp_comm with pp {pp}: pipeline sends cost 0")
     records = workload.records
-    blocks = find_blocks([r.name for r in records], ga)
+    names = record_names(records)
+    blocks = find_blocks(names, ga)
     scale = 1.0
     if blocks is None:
         warnings.append(f"{path}: the records do not repeat ga = {ga} times (no micro-batch blocks found); every "
@@ -211,15 +223,14 @@ def scripts_from_simai(workload, gpus: int, overlap_grad_reduce: bool) -> Script
     else:
         first, length = blocks
         block_ranges = [range(first + b * length, first + (b + 1) * length) for b in range(ga)]
-        inside = set(range(first, first + ga * length))
-        outside = [i for i in range(len(records)) if i not in inside]
+        outside = [*range(first), *range(first + ga * length, len(records))]
     # identical micro-batch blocks (record for record) share one program pair; the ops carry the first
     # block's record numbers, and each step the shift to its own block's (record_shift)
     template = list(range(ga))
     if blocks is None:
         template = [0] * ga
     else:
-        for start, _length, times in repeat_segments(records, ga):
+        for start, _length, times in repeat_segments(records, ga, names):
             b = (start - blocks[0]) // blocks[1] if start >= blocks[0] and _length == blocks[1] else -1
             if 0 <= b < ga:
                 template[b:b + times] = [b] * times
@@ -229,7 +240,16 @@ def scripts_from_simai(workload, gpus: int, overlap_grad_reduce: bool) -> Script
     forwards: list[Program] = []
     backwards: list[Program] = []
     any_grad = False
+    uses = Counter(template)
+    recent = _Recent()
     for b, rng in enumerate(block_ranges):
+        if uses[b] == 1:  # a block no other micro-batch runs: its ops are rebuilt from the records when asked for
+            fwd_ops = _forward_ops(records, rng, scale, unknown)
+            bwd_ops, grads = _backward_ops(records, rng, scale, overlap_grad_reduce, unknown, deferred)
+            any_grad = any_grad or grads
+            forwards.append(BlockProgram("F", records, rng, scale, overlap_grad_reduce, fwd_ops, recent))
+            backwards.append(BlockProgram("B", records, rng, scale, overlap_grad_reduce, bwd_ops, recent))
+            continue
         if template[b] != b:
             forwards.append(forwards[template[b]])
             backwards.append(backwards[template[b]])
@@ -241,36 +261,10 @@ def scripts_from_simai(workload, gpus: int, overlap_grad_reduce: bool) -> Script
                         deferred.append(Op(COMM, f"{r.name} {comm[0]}", r.name, "wg", 0.0, comm[0], comm[1],
                                            r.wg_size_bytes, i, scale))
             continue
-        fwd = Program("F")
-        bwd = Program("B")
-        for i in rng:
-            r = records[i]
-            if r.fwd_compute_ns:
-                fwd.ops.append(Op(COMPUTE, r.name, r.name, "fwd", r.fwd_compute_ns, record=i, scale=scale))
-            _append_comm(fwd.ops, r, i, "fwd", scale, unknown)
-        for i in reversed(rng):
-            r = records[i]
-            if r.ig_compute_ns:
-                bwd.ops.append(Op(COMPUTE, r.name, r.name, "ig", r.ig_compute_ns, record=i, scale=scale))
-            _append_comm(bwd.ops, r, i, "ig", scale, unknown)
-            if r.wg_compute_ns:
-                bwd.ops.append(Op(COMPUTE, r.name, r.name, "wg", r.wg_compute_ns, record=i, scale=scale))
-            comm = _simai_comm(r.wg_comm, "wg", r.wg_size_bytes)
-            if comm is None:
-                _note_unknown(r.wg_comm, "wg", unknown)
-            elif comm[1] in ("dp_group", "ep_dp_group"):
-                op = Op(GRAD, f"{r.name} {comm[0]}", r.name, "wg", 0.0, comm[0], comm[1], r.wg_size_bytes, i, scale)
-                if overlap_grad_reduce:
-                    bwd.ops.append(op)
-                    any_grad = True
-                else:
-                    op.kind = COMM
-                    deferred.append(op)
-            else:
-                bwd.ops.append(Op(COMM, f"{r.name} {comm[0]}", r.name, "wg", 0.0, comm[0], comm[1], r.wg_size_bytes, i,
-                                  scale))
-        forwards.append(fwd)
-        backwards.append(bwd)
+        bwd_ops, grads = _backward_ops(records, rng, scale, overlap_grad_reduce, unknown, deferred)
+        any_grad = any_grad or grads
+        forwards.append(Program("F", _forward_ops(records, rng, scale, unknown)))
+        backwards.append(Program("B", bwd_ops))
     step = _step_program(any_grad, deferred)
     for i in outside:
         r = records[i]
@@ -281,6 +275,7 @@ def scripts_from_simai(workload, gpus: int, overlap_grad_reduce: bool) -> Script
     for token in sorted(unknown):
         warnings.append(f"{path}: comm token {token!r} names no group the topo model knows; it costs 0")
     stages = []
+    p2p_sizes: dict[int, tuple[int, ...]] = {}  # one tuple per number of batched operations (10^4 p2p steps per stage)
     for s in range(pp):
         steps = pipeline_schedule(pp, s, ga, 1)
         programs: list[Program | None] = []
@@ -295,14 +290,15 @@ def scripts_from_simai(workload, gpus: int, overlap_grad_reduce: bool) -> Script
                 sizes.append(None)
             else:
                 programs.append(None)
-                sizes.append(tuple(pp_comm for _ in st.ops))
+                n = len(st.ops)
+                sizes.append(p2p_sizes.get(n) or p2p_sizes.setdefault(n, (pp_comm,) * n))
         stages.append(StageScript(s, steps, programs, sizes, step, record_shift=shifts if any(shift) else None))
     layout = dict(tp=tp, pp=pp, dp=dp, ep=ep, ga=ga, chunks=1, world=gpus, vpp=header.vpp or 0, pp_comm=pp_comm)
     return Scripts(stages, "simai", layout, warnings)
 
 
 def _note_unknown(token: str, column: str, unknown: set[str]) -> None:
-    comm_type, group = classify(token, column)
+    comm_type, group = _classify(token, column)
     if comm_type is not None and group not in SIMAI_GROUPS:
         unknown.add(token)
 
@@ -315,6 +311,112 @@ def _append_comm(ops: list[Op], record, index: int, column: str, scale: float, u
         _note_unknown(token, column, unknown)
         return
     ops.append(Op(COMM, f"{record.name} {comm[0]}", record.name, column, 0.0, comm[0], comm[1], size, index, scale))
+
+
+def record_names(records: Sequence) -> list[str]:
+    """Every record's name in order (a :class:`workload_generator.simai_records.RecordColumns` gives them without
+    building its records)."""
+    names = getattr(records, "names", None)
+    return names() if names is not None else [r.name for r in records]
+
+
+def _forward_ops(records: Sequence, rng: range, scale: float, unknown: set[str]) -> list[Op]:
+    """A micro-batch block's forward: each record's fwd compute, then its fwd comm, in file order."""
+    ops: list[Op] = []
+    append = ops.append
+    for i in rng:
+        r = records[i]
+        name = r.name
+        if r.fwd_compute_ns:
+            append(Op(COMPUTE, name, name, "fwd", r.fwd_compute_ns, record=i, scale=scale))
+        comm = _simai_comm(r.fwd_comm, "fwd", r.fwd_size_bytes)
+        if comm is None:
+            _note_unknown(r.fwd_comm, "fwd", unknown)
+        else:
+            append(Op(COMM, f"{name} {comm[0]}", name, "fwd", 0.0, comm[0], comm[1], r.fwd_size_bytes, i, scale))
+    return ops
+
+
+def _backward_ops(records: Sequence, rng: range, scale: float, overlap_grad_reduce: bool, unknown: set[str],
+                  deferred: list[Op]) -> tuple[list[Op], bool]:
+    """A micro-batch block's backward in reverse file order (ig compute, ig comm, wg compute, wg comm) and whether it
+    has a gradient bucket; without ``overlap_grad_reduce`` the DP and DP_EP wg comms go to ``deferred`` (the step)."""
+    ops: list[Op] = []
+    append = ops.append
+    grads = False
+    for i in reversed(rng):
+        r = records[i]
+        name = r.name
+        if r.ig_compute_ns:
+            append(Op(COMPUTE, name, name, "ig", r.ig_compute_ns, record=i, scale=scale))
+        comm = _simai_comm(r.ig_comm, "ig", r.ig_size_bytes)
+        if comm is None:
+            _note_unknown(r.ig_comm, "ig", unknown)
+        else:
+            append(Op(COMM, f"{name} {comm[0]}", name, "ig", 0.0, comm[0], comm[1], r.ig_size_bytes, i, scale))
+        if r.wg_compute_ns:
+            append(Op(COMPUTE, name, name, "wg", r.wg_compute_ns, record=i, scale=scale))
+        comm = _simai_comm(r.wg_comm, "wg", r.wg_size_bytes)
+        if comm is None:
+            _note_unknown(r.wg_comm, "wg", unknown)
+        elif comm[1] in ("dp_group", "ep_dp_group"):
+            op = Op(GRAD, f"{name} {comm[0]}", name, "wg", 0.0, comm[0], comm[1], r.wg_size_bytes, i, scale)
+            if overlap_grad_reduce:
+                append(op)
+                grads = True
+            else:
+                op.kind = COMM
+                deferred.append(op)
+        else:
+            append(Op(COMM, f"{name} {comm[0]}", name, "wg", 0.0, comm[0], comm[1], r.wg_size_bytes, i, scale))
+    return ops, grads
+
+
+class _Recent:
+    """The block program whose ops were built last, and those ops (shared by the block programs of one file)."""
+
+    __slots__ = ("program", "ops")
+
+    def __init__(self) -> None:
+        self.program: BlockProgram | None = None
+        self.ops: list[Op] = []
+
+
+class BlockProgram(Program):
+    """The forward (``F``) or backward (``B``) program of a SimAI micro-batch block that one micro-batch runs: it
+    holds no ops (a file of 10^6 records that all differ would hold 10^6 records' ops, about 1 KB each), and
+    :attr:`ops` builds them from the records when asked (the same list while no other block program of the file
+    was asked since; new objects, equal to the last, after).  Do not change them.  ``groups``: the groups its
+    collectives run in."""
+
+    def __init__(self, kind: str, records: Sequence, rng: range, scale: float, overlap_grad_reduce: bool,
+                 ops: Sequence[Op] = (), recent: _Recent | None = None) -> None:
+        self.kind = kind
+        self.work = 0.0
+        self.hw_work = 0.0
+        self._records = records
+        self._range = rng
+        self._scale = scale
+        self._overlap = overlap_grad_reduce
+        self._recent = recent if recent is not None else _Recent()
+        self.groups = frozenset(op.group for op in ops if op.group)
+
+    @property
+    def span(self) -> range:
+        """The indices of its block's records."""
+        return self._range
+
+    @property  # type: ignore[override]
+    def ops(self) -> list[Op]:  # type: ignore[override]
+        recent = self._recent
+        if recent.program is self:
+            return recent.ops
+        if self.kind == "F":
+            ops = _forward_ops(self._records, self._range, self._scale, set())
+        else:
+            ops = _backward_ops(self._records, self._range, self._scale, self._overlap, set(), [])[0]
+        recent.program, recent.ops = self, ops
+        return ops
 
 
 # ---- our Megatron workloads ------------------------------------------------------------------------

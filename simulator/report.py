@@ -70,14 +70,16 @@ def end_to_end_chunks(result: SimulationResult, file_name: str) -> Iterator[str]
     lines.append(", ".join(cells))
     lines.append(LAYER_HEADER.format(run=RUN_NAME))
     yield "\n".join(lines) + "\n"
-    rows: dict[int, str] = {}  # a row shared by several records, or a repeated block's rows, is formatted once
+    rows: dict[int, tuple[Any, str]] = {}  # a row shared by several records, or a repeated block's rows, is formatted once
 
     def row(layer: Any) -> str:
-        text = rows.get(id(layer))
-        if text is None:
-            if len(rows) >= _ROW_CACHE:
-                rows.clear()
-            text = rows[id(layer)] = _end_to_end_row(layer)
+        hit = rows.get(id(layer))
+        if hit is not None and hit[0] is layer:
+            return hit[1]
+        if len(rows) >= _ROW_CACHE:
+            rows.clear()
+        text = _end_to_end_row(layer)
+        rows[id(layer)] = (layer, text)
         return text
 
     for templates, times, _ in blocks(result.layers):
@@ -93,9 +95,10 @@ def end_to_end_chunks(result: SimulationResult, file_name: str) -> Iterator[str]
                     yield "\n".join(map(row, templates[lo:lo + CHUNK_ROWS])) + "\n"
 
 
-_ROW_CACHE = 1 << 16
-"""Formatted rows the writers keep (keyed by the result object: rows alike share one); past that they
-start again, so that a result of 10^6 distinct rows does not hold every row's text."""
+_ROW_CACHE = 1 << 12
+"""Formatted rows the writers keep (keyed by the result object, which the cache holds so that its id is not reused by
+a row computed later, as :class:`simulator.topo_stream.StreamedLayers` computes them: rows alike share one; a file
+repeats a few hundred); past that they start again, so that a result of 10^6 distinct rows does not hold every row."""
 
 
 def _end_to_end_row(layer) -> str:
@@ -129,14 +132,16 @@ def layers_csv_chunks(result: SimulationResult) -> Iterator[str]:
     """:func:`layers_csv_text` in pieces of about :data:`CHUNK_ROWS` rows."""
     header, *_ = layer_rows(result, header_only=True)
     yield ",".join(header) + "\n"
-    cache: dict[int, str] = {}
+    cache: dict[int, tuple[Any, str]] = {}
 
     def rest(layer: Any) -> str:  # the row after its index
-        text = cache.get(id(layer))
-        if text is None:
-            if len(cache) >= _ROW_CACHE:
-                cache.clear()
-            text = cache[id(layer)] = "".join("," + _csv_cell(v) for v in layer_row(layer)[1:]) + "\n"
+        hit = cache.get(id(layer))
+        if hit is not None and hit[0] is layer:
+            return hit[1]
+        if len(cache) >= _ROW_CACHE:
+            cache.clear()
+        text = "".join("," + _csv_cell(v) for v in layer_row(layer)[1:]) + "\n"
+        cache[id(layer)] = (layer, text)
         return text
 
     for templates, times, first in blocks(result.layers):

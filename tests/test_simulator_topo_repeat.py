@@ -67,7 +67,7 @@ def unrolled(monkeypatch):
     def run(*args, **kwargs):
         with monkeypatch.context() as patch:
             patch.setattr(topo_model, "stage_generators", lambda job, make: [make(job, s) for s in range(job.parallel.pp)])
-            patch.setattr(programs, "repeat_segments", lambda seq, times: [(0, len(seq), 1)])
+            patch.setattr(programs, "repeat_segments", lambda seq, times, names=None: [(0, len(seq), 1)])
             patch.setattr(engine, "run", functools.partial(engine.run, extrapolate=False))
             patch.setattr(topo_model, "SHORT_CYCLES", 10**9)  # build every micro-batch of a job
             return simulate(*args, **kwargs)

@@ -44,9 +44,11 @@ import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
 from utils.errors import FormatError
 from utils.io import atomic_write, read_lines
+from workload_generator.simai_records import RecordColumns
 from workload_generator.simai_tokens import VALID_TOKENS
 
 POLICIES = (
@@ -427,35 +429,39 @@ class SimAIWorkload:
     # ---- reading ---------------------------------------------------------------------------
 
     @classmethod
-    def read(cls, path: str | os.PathLike, strict: bool = True, share: bool = False) -> SimAIWorkload:
+    def read(cls, path: str | os.PathLike, strict: bool = True, share: bool = False,
+             columns: bool = False) -> SimAIWorkload:
         """Read a SimAI workload file.  Raises :class:`FormatError` naming the file, line and field.
 
         The file is read line by line (never held whole).  ``share=True`` gives records written alike
         (the same line text) one shared :class:`SimAILayer` object, so that a file of 10^6 records
         repeating a few hundred lines holds a few hundred records and a list of references (what the
         simulator reads with; it never changes a record).  Do not change a shared record: its copies
-        change with it."""
+        change with it.  ``columns=True`` keeps the records in a read-only
+        :class:`workload_generator.simai_records.RecordColumns` (about 60 bytes per distinct record instead of
+        250: what ``--model topo`` reads with, for files of 10^6 records that all differ)."""
         path = os.fspath(path)
         lines = read_lines(path, "a SimAI workload .txt")
         try:
-            return cls._parse(lines, path, strict, share)
+            return cls._parse(lines, path, strict, share, columns)
         finally:
             lines.close()
 
     @classmethod
     def loads(cls, text: str, path: str = "<SimAI workload>", strict: bool = True,
-              share: bool = False) -> SimAIWorkload:
+              share: bool = False, columns: bool = False) -> SimAIWorkload:
         """Parse the text of a SimAI workload file (see :meth:`read`)."""
-        return cls._parse(iter(text.splitlines()), path, strict, share)
+        return cls._parse(iter(text.splitlines()), path, strict, share, columns)
 
     @classmethod
-    def _parse(cls, lines: Iterator[str], path: str, strict: bool, share: bool) -> SimAIWorkload:
+    def _parse(cls, lines: Iterator[str], path: str, strict: bool, share: bool,
+               columns: bool = False) -> SimAIWorkload:
         # SimAI reads lines 1 and 2 with getline and the records with operator>>; so do we.
         warnings: list[str] = []
         header = SimAIHeader.parse(next(lines, ""), path, strict, warnings)
         count = _record_count(next(lines, None), path, strict, warnings)
         width = 13 if header.policy == CUSTOMIZED_POLICY else 12
-        records = _read_records(lines, count, width, path, strict, warnings, share)
+        records = _read_records(lines, count, width, path, strict, warnings, share, columns)
         return cls(header=header, records=records, path=path, warnings=warnings)
 
     # ---- writing ---------------------------------------------------------------------------
@@ -588,8 +594,9 @@ of all-different lines does not keep every line's text as well."""
 
 
 def _read_records(lines: Iterator[str], count: int, width: int, path: str, strict: bool,
-                  warnings: list[str], share: bool = False) -> list[SimAILayer]:
-    records: list[SimAILayer] = []
+                  warnings: list[str], share: bool = False, columns: bool = False) -> Any:
+    """The ``count`` records: a list, or with ``columns`` a :class:`RecordColumns` (see :meth:`SimAIWorkload.read`)."""
+    records: Any = RecordColumns(SimAILayer) if columns else []
     append = records.append
     names = _field_names(width)
     fast = _record_re(width).fullmatch
