@@ -109,6 +109,15 @@ def build_parser(job_flags: bool = True) -> CliParser:
                       help="multiply every latency term of NCCL's model (0: bandwidth only; default 1)")
     topo.add_argument("--peak_tflops", "--peak-tflops", type=positive_number, metavar="TFLOPS",
                       help="dense peak TFLOP/s per GPU for the MFU (default by GPU type)")
+    topo.add_argument("--placement", metavar="FILE",
+                      help="a rank file (host:slot per global rank, python -m simulator place writes one): where each rank "
+                           "runs (default rank r on GPU r)")
+    topo.add_argument("--pxn", action=argparse.BooleanOptionalAction, default=True,
+                      help="NCCL's PXN on servers with shared NICs (topo.gen --gpus_per_nic; NCCL's default)")
+    topo.add_argument("--fill_bubbles", "--fill-bubbles", action="store_true",
+                      help="each stage's step (optimizer, parameter all-gather) runs in its bubble as soon as its own "
+                           "backward is done, the gradient norm validated after the step; reports the bubble per stage "
+                           "before and after")
     topo.add_argument("--inference_config", "--inference-config", metavar="JSON",
                       help="an inference workload's model config (AICB's JSON) when -w's file was made from one: "
                            "default the config its header names, else the model its name names")
@@ -141,7 +150,8 @@ SIMAI_ONLY = (("dp_overlap", "-dp_o", 0.0), ("tp_overlap", "-tp_o", 0.0), ("ep_o
 TOPO_ONLY = (("topology", "-t/--topology", None), ("trace", "--trace", None),
              ("overlap_grad_reduce", "--overlap_grad_reduce", None), ("tp_comm_overlap", "--tp_comm_overlap", False),
              ("nvlink_efficiency", "--nvlink_efficiency", None), ("nic_efficiency", "--nic_efficiency", None),
-             ("latency_scale", "--latency_scale", 1.0), ("peak_tflops", "--peak_tflops", None))
+             ("latency_scale", "--latency_scale", 1.0), ("peak_tflops", "--peak_tflops", None),
+             ("placement", "--placement", None), ("pxn", "--no-pxn", True), ("fill_bubbles", "--fill_bubbles", False))
 
 
 def job_of(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
@@ -223,6 +233,12 @@ def json_summary(result: Any, job: Any = None) -> dict[str, Any]:
         out.update(result.memory.summary())
     if result.setup.get("sources"):
         out["sources"] = result.setup["sources"]
+    fill = getattr(details, "bubble_fill", None)
+    if fill is not None:  # --fill_bubbles
+        from dataclasses import asdict
+
+        out["fill_before_s"] = fill[0] / 1e6
+        out["fill_stages"] = [asdict(row) for row in fill[1]]
     return out
 
 
@@ -289,6 +305,18 @@ def simulate_args(args: argparse.Namespace) -> tuple[Any, str, Any]:
             if known_gpu(args.gpu_type):  # a GPU SimAI's table lacks (H200, B200, a spec file): NCCL's NVLink rate
                 spec = gpu_spec(args.gpu_type)
                 nvlink_bw = spec.nvlink_gbps * spec.nvlink_efficiency
+        placement = None
+        if getattr(args, "placement", None) is not None:  # issue 30: a rank file (simulator/placement.py)
+            if args.topology is None:
+                raise ConfigError("--placement places ranks on a topology's GPUs: give -t/--topology FILE")
+            from simulator.placement import read_placement
+
+            world = job.parallel.world_size if job is not None else args.gpus
+            if world is None:
+                from simulator.api import load_workload
+
+                world = load_workload(workload).header.all_gpus
+            placement = read_placement(args.placement, args.topology, world)
         options = TopoOptions(
             gpus=args.gpus, gpus_per_server=args.gpus_per_server, nics_per_server=args.nics_per_server,
             nvlink_bw=nvlink_bw, nic_busbw=args.nic_busbw, gpu_type=gpu_type,
@@ -296,6 +324,7 @@ def simulate_args(args: argparse.Namespace) -> tuple[Any, str, Any]:
             latency_scale=args.latency_scale, overlap_grad_reduce=args.overlap_grad_reduce,
             tp_comm_overlap=args.tp_comm_overlap, peak_tflops=args.peak_tflops,
             compute_source=values.get("compute_source") if values else None,
+            placement=placement, pxn=getattr(args, "pxn", True), fill_bubbles=getattr(args, "fill_bubbles", False),
         )
     from simulator.profile_flags import PROFILE_FLAGS
 
@@ -396,6 +425,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"pp_o as if it were a bandwidth; here the PP term is 2 x vpp x ga x pp_comm / PP busbw"
                   f"{f' ({bw * 2**30 / 1e9:.1f} GB/s: --pp_busbw {bw:g} GiB/s)' if bw else ' (--pp_busbw)'} x (1 - pp_o)")
         print(report.summary_text(result))
+        fill = getattr(result.details, "bubble_fill", None)
+        if fill is not None:  # --fill_bubbles: the bubble per stage before and after (simulator/bubble_fill.py)
+            from simulator.bubble_fill import fill_table
+
+            print(fill_table(fill[1], fill[0], result.iteration_us))
         if result.setup.get("sources"):
             print(result.setup["sources"])
         if result.memory is not None:

@@ -12,7 +12,7 @@ def input_files(args: argparse.Namespace) -> dict[str, Any]:
     inputs: dict[str, Any] = {}
     for flag, dest in (("-w/--workload", "workload"), ("-t/--topology", "topology"), ("-n/--network", "network"),
                        ("-c/--config", "ns3_config"), ("-busbw", "busbw"), ("--gpu_spec", "gpu_spec"),
-                       ("--inference_config", "inference_config")):
+                       ("--inference_config", "inference_config"), ("--placement", "placement")):
         value = getattr(args, dest, None)
         if value:
             inputs[flag] = value

@@ -143,6 +143,10 @@ class TopoOptions:
     - ``profile``: a :class:`simulator.profiles.Profile` (``--profile DIR --network_device NAME``): every
       collective and pipeline transfer is asked of it (measured times first, NCCL's model fitted to them
       behind); its ``compute_time_ns`` serves as the compute hook.
+    - ``placement``: the GPU of each rank (``--placement FILE``, :mod:`simulator.placement`); None: rank r on GPU r.
+    - ``pxn``: NCCL's PXN on servers with shared NICs (:mod:`topo.hierarchy`; NCCL's default, ``NCCL_PXN_DISABLE=0``).
+    - ``fill_bubbles``: each stage's step work that needs no other stage runs as soon as its own backward is done,
+      the gradient-norm all-reduce validated after the step (:mod:`simulator.bubble_fill`).
     """
 
     gpus: int | None = None
@@ -161,9 +165,14 @@ class TopoOptions:
     compute_time_ns: Callable[[Any], float | None] | None = None
     compute_source: str | None = None
     profile: Any = None
+    placement: tuple[int, ...] | None = None
+    pxn: bool = True
+    fill_bubbles: bool = False
 
     def __post_init__(self) -> None:
         _check_cluster(self)
+        if self.placement is not None:
+            object.__setattr__(self, "placement", tuple(int(g) for g in self.placement))
         for name, flag in (("nvlink_efficiency", "--nvlink_efficiency"), ("nic_efficiency", "--nic_efficiency")):
             value = getattr(self, name)
             if value is not None and not 0.0 < value <= 1.0:

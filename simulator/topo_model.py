@@ -31,6 +31,7 @@ from simulator.programs import (
     GRAD,
     GRAD_WAIT,
     SYNC,
+    BlockProgram,
     Op,
     Scripts,
     scripts_from_generators,
@@ -123,7 +124,14 @@ def build_fabric(topology: Any, options: TopoOptions, gpus: int, fabrics: dict |
     key = (id(topo), gpus)
     fabric = fabrics.get(key) if fabrics is not None else None
     if fabric is None or fabric.topology is not topo:
-        fabric = TopologyFabric(topo, gpus)
+        from topo.hierarchy import needs_hierarchy
+
+        if needs_hierarchy(topo):  # PCIe switches and shared NICs inside the servers, or NICs of several rates (issue 30)
+            from simulator.placed_fabric import HierarchyFabric
+
+            fabric = HierarchyFabric(topo, gpus)
+        else:
+            fabric = TopologyFabric(topo, gpus)
         if fabrics is not None:
             fabrics[key] = fabric
     return fabric, links, notes
@@ -161,7 +169,8 @@ def load_scripts(workload: Any, options: TopoOptions, prices: dict | None = None
                                          options.tp_comm_overlap)
         return scripts, job, gpus, f"{job.model.name} tp{job.parallel.tp} pp{job.parallel.pp} dp{job.parallel.dp}", None
     if not isinstance(workload, SimAIWorkload):
-        workload = SimAIWorkload.read(workload, strict=False, share=True)  # the model never changes a record
+        # the model never changes a record; records kept as columns (a file of 10^6 distinct records in 60 MB)
+        workload = SimAIWorkload.read(workload, strict=False, share=True, columns=True)
     header = workload.header
     if header.is_transformer:
         workload.require("tp", "pp", "ga")  # name every missing key before asking for -g
@@ -324,6 +333,10 @@ class TopoModel:
                                     embedding_stages=lay.get("embedding_stages"))
         rg = self.pconf.rank_generator()
         self.rep = [rg.rank_at(pp=s) for s in range(self.pp)]
+        from simulator.placed_fabric import bind_fabric
+
+        # a placement (--placement) or servers with PCIe switches: the fabric that knows where every rank sits
+        self.fabric = fabric = bind_fabric(fabric, self.pconf, options, links)
         self._members: dict[tuple[str, int], Sequence[int]] = {}
         self._shapes: dict[tuple[str, int], Any] = {}
         # a profile answers instead of NCCL's model, so its costs must not mix with a session's NCCL costs
@@ -366,7 +379,9 @@ class TopoModel:
         key = (group, stage)
         shape = self._shapes.get(key)
         if shape is None:
-            shape = self._shapes[key] = self.fabric.group_shape(self.members(group, stage))
+            kinded = getattr(self.fabric, "group_shape_kind", None)  # a fabric that shares links among a kind's groups
+            members = self.members(group, stage)
+            shape = self._shapes[key] = kinded(members, group) if kinded else self.fabric.group_shape(members)
         return shape
 
     def cost(self, stage: int, op: Op) -> tuple[Cost, Any]:
@@ -432,7 +447,11 @@ class TopoModel:
             scripts = overlap_moe_a2a(scripts, self.op_time, share, training.delay_wgrad_compute)
         compiled: list[dict[int, engine.CompiledProgram]] = []
         occurrences: list[Counter] = []
-        distinct = [dict(zip(map(id, script.programs), script.programs)) for script in scripts]
+        if self.simai is not None:  # a SimAI file's blocks are compiled one by one and kept compact (topo_stream.py)
+            from simulator.topo_stream import compile_simai
+
+            compiled, occurrences = compile_simai(self, scripts)
+        distinct = [dict(zip(map(id, script.programs), script.programs)) for script in scripts if self.simai is None]
         for table in distinct:
             table.pop(id(None), None)
         groups = sorted({op.group for table in distinct for program in table.values() for op in program.ops if op.group})
@@ -468,10 +487,24 @@ class TopoModel:
         # stages with the interleaved schedule, Megatron's default --align-param-gather)
         gathers = stage_plans(scripts, self.op_time, self.contention, aligned=self.scripts.layout.get("chunks", 1) > 1)
         insert = self.scripts.insert
+        # a SimAI file whose blocks all differ has no two cycles alike: played straight through (what it would come to)
+        straight = {} if self.simai is None or any(p is not None and not isinstance(p, BlockProgram)
+                                                   for script in scripts for p in script.programs) else {"extrapolate": False}
         played = engine.run(scripts, compiled, lambda s, op, size: self.p2p(s, op, size)[0].time_s, self.op_time, members_of,
-                            insert=insert, param_gathers=gathers)
+                            insert=insert, param_gathers=gathers, **straight)
         if insert and not played.inserted:
             raise NoPeriod
+        fill = None
+        if self.options.fill_bubbles:  # --fill_bubbles: play again with each stage's own step work in its bubble
+            from simulator.bubble_fill import fill_report, fill_scripts
+
+            filled = fill_scripts(scripts)
+            after = engine.run(filled, compiled, lambda s, op, size: self.p2p(s, op, size)[0].time_s, self.op_time,
+                               members_of, insert=insert, param_gathers=gathers)
+            if insert and not after.inserted:
+                raise NoPeriod
+            fill = (played.iteration_s * 1e6, fill_report(played, after))
+            scripts, played = filled, after
         flops = [script.flops for script in scripts]
         hw = [script.hw_flops for script in scripts]
         extra_steps: list[Counter] = [Counter() for _ in scripts]
@@ -525,7 +558,7 @@ class TopoModel:
             return trace_intervals(scripts, compiled, played)
 
         details = TopoDetails(iteration_s * 1e6, reported, stages, collectives, layer_times, mfu, model_flops, peak,
-                              intervals, hardware_flops=hardware_flops, hfu=hfu, hfu_peak_tflops=gemm_peak)
+                              intervals, hardware_flops=hardware_flops, hfu=hfu, hfu_peak_tflops=gemm_peak, bubble_fill=fill)
         lay = self.scripts.layout
         setup = dict(
             tp=lay["tp"], ep=lay["ep"], pp=lay["pp"], dp=lay["dp"], ga=lay["ga"], vpp=lay.get("vpp", lay["chunks"]),
@@ -733,7 +766,14 @@ class TopoModel:
         """One EndToEnd row per record of the SimAI file, for the reported stage.  Rows alike share one
         :class:`LayerResult` and its costs; micro-batch blocks that share programs (record for record
         alike) are costed from their template block, each keeping its own gradient buckets' exposure,
-        and consecutive blocks of the same rows are held once (:class:`simulator.repeat.RepeatedLayers`)."""
+        and consecutive blocks of the same rows are held once (:class:`simulator.repeat.RepeatedLayers`); when
+        blocks that no other micro-batch repeats hold thousands of records, the rows are computed a few thousand
+        records at a time as they are read (:class:`simulator.topo_stream.StreamedLayers`, the same values)."""
+        from simulator.topo_stream import simai_layers
+
+        streamed = simai_layers(self, script, table, t)
+        if streamed is not None:
+            return streamed
         records = self.simai.records
         shifts = script.record_shift
         ga = self.scripts.layout["ga"]

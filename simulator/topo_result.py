@@ -122,3 +122,6 @@ class TopoDetails:
     hardware_flops: float | None = None
     hfu: float | None = None
     hfu_peak_tflops: float | None = None
+    bubble_fill: tuple[float, list] | None = None
+    """``--fill_bubbles``: (the iteration without filling in microseconds, one
+    :class:`simulator.bubble_fill.FillRow` per stage); None without it."""

@@ -19,7 +19,10 @@ segment(s), totally P pod(s).``, then the file written).  Differences, all delib
 * a fabric above ``--max_items`` nodes + links (default 5 million) is refused before it is built;
 * beyond SimAI: ``-topo NVL72`` / ``-topo NVL -gps N``, ``--pods`` with a core tier (``-csn``,
   ``--oversub``, ``-pcbw``, ``-pcl``) and ``-apl`` for the ASW-PSW latency (SimAI reuses ``-l``).
-  See :mod:`topo.shapes` for the id order of the extra tier.
+  See :mod:`topo.shapes` for the id order of the extra tier;
+* the inside of a server (:mod:`topo.server`): ``--gpus_per_nic`` GPUs share a NIC behind PCIe switches
+  (``--gpus_per_pcie_switch``, ``--sockets``, ``--pcie_bw``, ``--pcie_uplink_bw``, ``--socket_bw``,
+  ``--pcie_latency``), ``--nvlink full|pairs|none``, and ``--server_nic_bw`` (a NIC rate per server).
 """
 
 from __future__ import annotations
@@ -28,8 +31,10 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 
-from topo.shapes import Layout, build, plan
+from topo.server import SERVER_FLAGS, ServerSpec, build_servers, describe, plan_servers, resolve_server, with_suffix
+from topo.shapes import Layout, build, file_name, plan, shape_name
 from topo.templates import TEMPLATES, FabricSpec, resolve
 from utils.cli import CliParser, integer, positive_number, run_main
 from utils.errors import ConfigError
@@ -73,6 +78,24 @@ def build_parser() -> CliParser:
                       help="PSW downlink:uplink bandwidth ratio that sizes the core tier (default 1: non-blocking)")
     ours.add_argument("-pcbw", "--pc_bandwidth", help="PSW-core bandwidth (default: -apbw)")
     ours.add_argument("-pcl", "--pc_latency", help="PSW-core latency (default: -apl)")
+    inside = p.add_argument_group("inside a server (beyond SimAI's flags; written in SimAI's format, topo/server.py)")
+    inside.add_argument("--gpus_per_nic", "--gpus-per-nic", type=integer, metavar="N",
+                        help="GPUs sharing one NIC behind a PCIe switch (default: SimAI's one NIC link per GPU)")
+    inside.add_argument("--gpus_per_pcie_switch", "--gpus-per-pcie-switch", type=integer, metavar="K",
+                        help="GPUs per PCIe switch (default --gpus_per_nic: every GPU on its NIC's switch); NIC j of n "
+                             "sits on switch j x switches / n")
+    inside.add_argument("--sockets", type=integer, metavar="C", help="CPU sockets per server (default 2, 1 with one switch)")
+    inside.add_argument("--pcie_bw", "--pcie-bw", metavar="RATE", help="GPU-PCIe switch bandwidth (default 512Gbps: Gen5 x16)")
+    inside.add_argument("--pcie_uplink_bw", "--pcie-uplink-bw", metavar="RATE",
+                        help="PCIe switch-CPU socket bandwidth (default --pcie_bw)")
+    inside.add_argument("--socket_bw", "--socket-bw", metavar="RATE",
+                        help="CPU socket-socket bandwidth (default 176Gbps: NCCL's SRP_QPI_BW, 22 GB/s)")
+    inside.add_argument("--pcie_latency", "--pcie-latency", metavar="TIME", help="latency per PCIe hop (default 0.0001ms)")
+    inside.add_argument("--nvlink", choices=("full", "pairs", "none"),
+                        help="full: SimAI's NVSwitch per server (default); pairs: GPUs 2k and 2k+1 joined by NVLink "
+                             "(-nvbw); none: GPUs of a server talk over PCIe")
+    inside.add_argument("--server_nic_bw", "--server-nic-bw", metavar="RATE[,RATE...]",
+                        help="NIC rate of each server, repeated in turn when shorter (default -bw for every server)")
     ours.add_argument("--max_items", "--max-items", type=integer, metavar="N",
                       help=f"largest topology written, in nodes + links (default {MAX_ITEMS:,}: a file of about "
                            f"{MAX_ITEMS * LINK_BYTES / 1e6:,.0f} MB built in about {MAX_ITEMS * BUILD_BYTES / 1e9:.1f} GB)")
@@ -124,16 +147,27 @@ def output_path(output: str | None, name: str) -> str:
     return output
 
 
-def generate(spec: FabricSpec, output: str | None = None, max_items: int | None = None) -> tuple[str, Layout]:
-    """Build and write the topology of ``spec``; returns (path written, layout).  Raises ConfigError (a
-    fabric above ``max_items`` nodes + links, :func:`check_size`) or :class:`utils.io.OutputError` (an
-    output that is a symbolic link or a folder: :func:`utils.io.guard_output`), before anything is built."""
+def generate(spec: FabricSpec, output: str | None = None, max_items: int | None = None,
+             server: ServerSpec | None = None) -> tuple[str, Layout]:
+    """Build and write the topology of ``spec`` (with ``server`` inside every server, :mod:`topo.server`); returns
+    (path written, the network's layout).  Raises ConfigError (a fabric above ``max_items`` nodes + links,
+    :func:`check_size`) or :class:`utils.io.OutputError` (an output that is a symbolic link or a folder:
+    :func:`utils.io.guard_output`), before anything is built."""
     from utils.io import guard_output
 
-    layout = plan(spec)
-    check_size(spec, layout, max_items)
-    path = guard_output(output_path(output, layout.file_name), None, "-o/--output")
-    topo = build(spec, layout)
+    if server is not None and server.hierarchy:
+        layout, inside = plan_servers(spec, server)
+        check_size(spec, replace(layout, gpus=inside.nodes - layout.asws - layout.psws - layout.cores, nvswitches=0,
+                                 links=inside.links), max_items)
+        name = file_name(spec, shape_name(spec))
+    else:
+        layout = plan(spec)
+        check_size(spec, layout, max_items)
+        name = layout.file_name
+    if server is not None:
+        name = with_suffix(name, spec, server)
+    path = guard_output(output_path(output, name), None, "-o/--output")
+    topo = build(spec, layout) if server is None else build_servers(spec, server)
     try:
         topo.write(path)
     except OSError as exc:
@@ -147,8 +181,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     max_items = given.pop("max_items", None)
     if max_items is not None and max_items < 1:
         raise ConfigError(f"--max_items {max_items}: expected a positive number of nodes + links")
+    inside = {k: given.pop(k) for k in list(given) if k in SERVER_FLAGS}
     spec = resolve(given)
-    path, layout = generate(spec, output, max_items)
+    server = resolve_server(inside, spec)
+    path, layout = generate(spec, output, max_items, server)
     # messages go out only once the file exists, so an error leaves one line and nothing else
     for warning in layout.warnings:
         print(f"{PROG}: warning: {warning}", file=sys.stderr)
@@ -157,6 +193,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if layout.cores:
         print(f"core_switch_num: {layout.cores}")
     print(f"Creating Topology of totally {layout.segments} segment(s), totally {spec.pods} pod(s).")
+    if server is not None:
+        print(describe(server, spec))
     print(path)
     return 0
 

@@ -44,6 +44,11 @@ MAX_NODES = 2**32 - 1
 """The most nodes a file may declare: ns-3 (SimAI's packet simulator) numbers nodes with 32 bits."""
 TIER_NAMES = {1: "ASW", 2: "PSW", 3: "core"}
 """Packet-switch tier by distance (in switch hops) from the GPUs; deeper tiers are ``tier4`` ..."""
+ROLE_PCIE, ROLE_CPU = "pcie_switch", "cpu_socket"
+"""Roles of packet switches inside a server (:mod:`topo.server`): PCIe switches and CPU sockets (root complexes)."""
+ROLES = (ROLE_PCIE, ROLE_CPU)
+ROLE_MARK = "#server"
+"""Our lines after the link lines (``#server <role> <id> ...``; SimAI's reader stops after the links)."""
 
 class Link(NamedTuple):
     """One link line as written (bandwidth bits per second, latency as an ns-3 time string)."""
@@ -78,20 +83,23 @@ class Topology:
     error_strings: tuple[str, ...]
     source: str | None = None
     """The file it was read from (None when built in memory)."""
+    server_roles: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    """Packet switches that sit inside a server, per role (:data:`ROLE_PCIE`, :data:`ROLE_CPU`; ``#server`` lines
+    after the links, :mod:`topo.server`); empty for SimAI's files, whose packet switches are all network switches."""
 
     @classmethod
     def from_arrays(cls, *, gpus_per_server: int, nvswitch_count: int, gpu_type: str, switch_ids: np.ndarray,
                     src: np.ndarray, dst: np.ndarray, bandwidth_codes: np.ndarray, bandwidth_strings: tuple[str, ...],
                     latency_codes: np.ndarray, latency_strings: tuple[str, ...], error_codes: np.ndarray,
                     error_strings: tuple[str, ...], node_count: int | None = None, source: str | None = None,
-                    ) -> Topology:
+                    server_roles: tuple[tuple[str, tuple[int, ...]], ...] = ()) -> Topology:
         """A topology from columns (the generator's path: no validation).  ``node_count`` defaults to
         the highest switch id + 1 (SimAI numbers switches after the GPUs)."""
         if node_count is None:
             node_count = int(switch_ids.max()) + 1 if len(switch_ids) else 0
         return cls(node_count, gpus_per_server, nvswitch_count, gpu_type, np.asarray(switch_ids), np.asarray(src),
                    np.asarray(dst), np.asarray(bandwidth_codes), tuple(bandwidth_strings), np.asarray(latency_codes),
-                   tuple(latency_strings), np.asarray(error_codes), tuple(error_strings), source)
+                   tuple(latency_strings), np.asarray(error_codes), tuple(error_strings), source, tuple(server_roles))
 
     def __repr__(self) -> str:
         return (f"Topology(source={self.source!r}, gpus={self.gpu_count}, gpus_per_server={self.gpus_per_server}, "
@@ -162,13 +170,19 @@ class Topology:
     @cached_property
     def level(self) -> np.ndarray:
         """Per node: 0 for GPUs, k >= 1 for a packet switch k switch hops above the GPUs (1 = ASW,
-        2 = PSW, 3 = core), -1 for NVSwitches and packet switches no GPU reaches."""
+        2 = PSW, 3 = core), -1 for NVSwitches and packet switches no GPU reaches.  The switches inside a
+        server (:attr:`server_roles`: PCIe switches, CPU sockets) count as the GPUs' side, level 0, so that the
+        switch a NIC link reaches is the ASW."""
         kind = self.node_kind
-        level = np.where(kind == GPU, 0, -1).astype(np.int64)
+        host = kind == GPU
+        if self.server_roles:
+            host = host.copy()
+            host[self.role_nodes] = True
+        level = np.where(host, 0, -1).astype(np.int64)
         s, d = self.src, self.dst
-        packet = (kind[s] == PACKET_SWITCH) & (kind[d] == PACKET_SWITCH)
-        ends = np.concatenate([d[(kind[s] == GPU) & (kind[d] == PACKET_SWITCH)],
-                               s[(kind[d] == GPU) & (kind[s] == PACKET_SWITCH)]])
+        packet = (kind[s] == PACKET_SWITCH) & (kind[d] == PACKET_SWITCH) & ~host[s] & ~host[d]
+        ends = np.concatenate([d[host[s] & (kind[d] == PACKET_SWITCH) & ~host[d]],
+                               s[host[d] & (kind[s] == PACKET_SWITCH) & ~host[s]]])
         level[ends] = 1
         u, v = np.concatenate([s[packet], d[packet]]), np.concatenate([d[packet], s[packet]])
         k = 1
@@ -180,8 +194,11 @@ class Topology:
             k += 1
 
     def tier_of(self, node: int) -> str:
-        """``GPU``, ``NVSwitch``, ``ASW``, ``PSW``, ``core`` (``tierN`` deeper), or ``unreached``."""
+        """``GPU``, ``NVSwitch``, ``ASW``, ``PSW``, ``core`` (``tierN`` deeper), ``unreached``, or a server's
+        ``pcie_switch`` / ``cpu_socket`` (:attr:`server_roles`)."""
         kind = self.node_kind[node]
+        if self.server_roles and node in self.role_of:
+            return self.role_of[node]
         if kind == GPU:
             return "GPU"
         if kind == NVSWITCH:
@@ -194,6 +211,8 @@ class Topology:
         """Switch ids per tier, ascending: always ``NVSwitch``, ``ASW``, ``PSW``, ``core`` (maybe
         empty), then any deeper tier and ``unreached`` switches when present."""
         packet = self.switch_ids[self.nvswitch_count:]
+        if self.server_roles:  # a server's PCIe switches and sockets are no tier of the network
+            packet = np.setdiff1d(packet, self.role_nodes)
         out = {"NVSwitch": np.sort(self.switch_ids[: self.nvswitch_count])}
         levels = self.level[packet]
         for lev in [1, 2, 3, *sorted(set(levels.tolist()) - {1, 2, 3, -1})]:
@@ -201,6 +220,16 @@ class Topology:
         if (levels == -1).any():
             out["unreached"] = np.sort(packet[levels == -1])
         return out
+
+    @cached_property
+    def role_of(self) -> dict[int, str]:
+        """Node id -> its role inside a server (:attr:`server_roles`); empty for SimAI's files."""
+        return {node: role for role, ids in self.server_roles for node in ids}
+
+    @cached_property
+    def role_nodes(self) -> np.ndarray:
+        """Ids of the switches inside servers (PCIe switches and CPU sockets), ascending."""
+        return np.array(sorted(self.role_of), dtype=np.int64)
 
     # ---- per-GPU links --------------------------------------------------------------------------
     def _gpu_links(self, other_kind: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -396,7 +425,8 @@ class Topology:
             tails.append(f" {self.bandwidth_strings[b]} {self.latency_strings[lat]} {self.error_strings[e]}\n")
         body = "".join([f"{s} {d}{tails[w]}" for s, d, w in zip(self.src.tolist(), self.dst.tolist(), which.tolist())])
         switches = " ".join(map(str, self.switch_ids.tolist()))
-        return f"{self.header()}\n{switches} \n{body}"
+        roles = "".join(f"{ROLE_MARK} {role} {' '.join(map(str, ids))}\n" for role, ids in self.server_roles if ids)
+        return f"{self.header()}\n{switches} \n{body}{roles}"
 
     def write(self, path: str | os.PathLike) -> None:
         """Write :meth:`to_text` to ``path`` atomically (a temporary file renamed into place)."""
@@ -455,6 +485,11 @@ def parse_topology(text: str | bytes, source: str = "<text>") -> Topology:
     plain ASCII with decimal node ids; anything else, and every error, goes through the line-by-line
     reader, which names the line and field."""
     data = text if isinstance(text, bytes) else text.encode("utf-8")
+    cut = data.find(b"\n" + ROLE_MARK.encode() + b" ")  # our lines after the links (topo.server)
+    tail = b""
+    if cut >= 0:
+        data, tail = data[:cut + 1], data[cut + 1:]
+        text = data
     first = data.find(b"\n")
     second = data.find(b"\n", first + 1) if first >= 0 else -1
     topo = None
@@ -462,8 +497,40 @@ def parse_topology(text: str | bytes, source: str = "<text>") -> Topology:
         topo = _parse_fast(data[:second].decode("ascii").split("\n"), data, second + 1, source)
     if topo is None:
         topo = _parse_lines(text if isinstance(text, str) else text.decode("utf-8"), source)
+    if tail:
+        object.__setattr__(topo, "server_roles", _parse_roles(tail, topo, source, data.count(b"\n") + 1))
     _check_gpu_links(topo, source)
     return topo
+
+
+def _parse_roles(tail: bytes, topo: Topology, source: str, line: int) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """The ``#server <role> <id> ...`` lines after the links (``line``: the first one's number): known roles, each
+    once, ids of packet switches, no id in two roles."""
+    seen: dict[int, str] = {}
+    out: dict[str, tuple[int, ...]] = {}
+    kind = topo.node_kind
+    for k, raw in enumerate(tail.decode("utf-8", "replace").split("\n")):
+        words = raw.split()
+        if not words:
+            continue
+        where = line + k
+        if words[0] != ROLE_MARK or len(words) < 2:
+            raise FormatError(source, f"after the {topo.link_count} link lines only '{ROLE_MARK} <role> <id> ...' lines "
+                              f"may follow, got {raw.strip()[:40]!r}", line=where)
+        role = words[1]
+        if role not in ROLES or role in out:
+            raise FormatError(source, f"{role!r} is {'listed twice' if role in out else 'not a role'} (roles: "
+                              f"{', '.join(ROLES)})", line=where, field="role")
+        ids = [_int(source, where, role, token) for token in words[2:]]
+        for node in ids:
+            if not 0 <= node < topo.node_count or kind[node] != PACKET_SWITCH:
+                raise FormatError(source, f"node {node} is not a packet switch of line 2 (a {role} is one)", line=where,
+                                  field=role)
+            if node in seen:
+                raise FormatError(source, f"node {node} is both a {seen[node]} and a {role}", line=where, field=role)
+            seen[node] = role
+        out[role] = tuple(ids)
+    return tuple((role, out[role]) for role in ROLES if role in out)
 
 
 def _check_gpu_links(topo: Topology, source: str) -> None:
