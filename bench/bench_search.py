@@ -62,7 +62,7 @@ def run(command: list[str], env: dict, cwd: str) -> tuple[float, float, str]:
 
 
 def flags_of(row: dict[str, str]) -> list[str]:
-    from simulator.search_files import layout_of
+    from simulator.search.files import layout_of
 
     return layout_of(row).flags()
 

@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "tests" / "data" / "examples" / "simai_workload_analytical.txt"
 FLAGS = ["-g", "9216", "-g_p_s", "8", "-n_p_s", "8", "-nv", "360", "-nic", "48.5"]
-IMPORTS = "import simulator.cli, simulator.api, simulator.simai_model, simulator.report, workload_generator.simai"
+IMPORTS = "import simulator.cli, simulator.api, simulator.simai.model, simulator.report, workload_generator.simai"
 BAR_MB = 300
 TOPO_DISTINCT_BAR_MB = 500
 """Issue 28's bar for ``--model topo`` on a file of 10^6 records that all differ."""

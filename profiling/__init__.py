@@ -7,7 +7,7 @@
 - :mod:`profiling.report`: ``calibrate`` (the topo model fitted to a network profile) and ``show``;
 - :mod:`profiling.export`: SimAI's ``busbw.yaml`` and AIOB compute files from a profile.
 
-The database's format is :mod:`simulator.profile_db`; the one reader the simulator asks is
-:mod:`simulator.profiles`.  This package sits above the replay (whose operations it times) and below
+The database's format is :mod:`simulator.profiles.db`; the one reader the simulator asks is
+:mod:`simulator.profiles.measured`.  This package sits above the replay (whose operations it times) and below
 ``aicb.py``.
 """

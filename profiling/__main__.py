@@ -186,7 +186,7 @@ def _job(args: argparse.Namespace) -> Any:
 
 def _device(root: str, device: str | None) -> str:
     from profiling.guards import db_name
-    from simulator import profile_db
+    from simulator.profiles import db as profile_db
 
     if not os.path.isdir(root):
         raise ConfigError(f"--profile {root}: no such folder (a profiling database: python -m profiling)")
@@ -202,7 +202,7 @@ def _device(root: str, device: str | None) -> str:
 def cmd_compute(args: argparse.Namespace) -> int:
     from profiling import compute
     from profiling.guards import check_cuda, check_device_name, database_lock, db_name, gpu_of_device, guard_files
-    from simulator import profile_db
+    from simulator.profiles import db as profile_db
 
     grid = [args.gemm_m, args.gemm_n, args.gemm_k]
     has_job = any(hasattr(args, d) for d in args.job_flags)
@@ -253,7 +253,7 @@ def cmd_compute(args: argparse.Namespace) -> int:
 def cmd_nccl_tests(args: argparse.Namespace) -> int:
     from profiling.guards import database_lock, db_name, guard_files
     from profiling.nccl_tests import parse
-    from simulator import profile_db
+    from simulator.profiles import db as profile_db
     from utils.io import read_text
 
     device = db_name(args.network_device, "--network_device", os.path.join(args.output, "network"))
@@ -289,8 +289,8 @@ def cmd_nccl_tests(args: argparse.Namespace) -> int:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from profiling.guards import database_files
     from profiling.report import calibration_json, calibration_text
-    from simulator import profile_db
-    from simulator.profile_fit import calibrate, points_of, series_fits
+    from simulator.profiles import db as profile_db
+    from simulator.profiles.fit import calibrate, points_of, series_fits
     from utils.io import guard_output
 
     device = _device(args.profile, args.network_device)
@@ -328,7 +328,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 def cmd_simai_busbw(args: argparse.Namespace) -> int:
     from profiling.export import busbw_yaml
     from profiling.guards import database_files
-    from simulator.profiles import Profile
+    from simulator.profiles.measured import Profile
     from utils.io import atomic_write, guard_output
 
     device = _device(args.profile, args.network_device)
@@ -356,8 +356,8 @@ def cmd_aiob(args: argparse.Namespace) -> int:
     from mocked_model.compute import known_gpu
     from profiling.export import profile_compute_file
     from profiling.guards import database_files, db_name
-    from simulator import profile_db
-    from simulator.profiles import Profile
+    from simulator.profiles import db as profile_db
+    from simulator.profiles.measured import Profile
     from utils.io import guard_output
 
     job = _job(args)

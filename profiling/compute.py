@@ -1,7 +1,7 @@
 """``python -m profiling compute``: time every distinct computation of a job (or a grid of GEMM shapes)
 on this device with AIOB's torch operations and timer, and write the compute profile.
 
-A job's items (every pipeline stage, one of each distinct key of :func:`simulator.profile_db.item_key`)
+A job's items (every pipeline stage, one of each distinct key of :func:`simulator.profiles.db.item_key`)
 become AIOB operations (:mod:`mocked_model.aiob.modules`): a GEMM item (forward, input gradient or
 weight gradient alike) is one ``F.linear`` (a grouped experts' GEMM, AIOB's expert loop or grouped_gemm)
 of its ``(m, n, k)``; attention, norms, activations, bias-dropout-add, rotary, embedding and loss run
@@ -23,7 +23,7 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
-from simulator import profile_db
+from simulator.profiles import db as profile_db
 from utils.errors import ConfigError
 
 PROG = "profiling compute"

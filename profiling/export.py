@@ -6,7 +6,7 @@ the first line is a name and is skipped; ``TP:``, ``DP:``, ``EP:`` open sections
 ``allgather,:``, ``reducescatter,:``, ``alltoall,:`` values (the comma is part of SimAI's keys, ``null``
 leaves SimAI's own value); ``PP:`` holds ``busbw:``; lines starting with ``#`` are skipped.  SimAI
 divides bytes by 2^30 and by these values, so they are GiB/s: we convert nccl-tests' GB/s (1e9) and say
-so in a comment.  Each value is the busbw the profile gives (through :class:`simulator.profiles.Profile`,
+so in a comment.  Each value is the busbw the profile gives (through :class:`simulator.profiles.measured.Profile`,
 measured or filled by the models; each line's comment says which) for the group SimAI prices with it:
 
 - TP: ``tp`` ranks, ``min(tp, gpus_per_node)`` per node;
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from simulator.profiles import EXTRAPOLATED, FROM_MEASUREMENTS, Answer, Profile
+from simulator.profiles.measured import EXTRAPOLATED, FROM_MEASUREMENTS, Answer, Profile
 from utils.errors import ConfigError
 from utils.units import GIB, busbw_factor
 
@@ -93,7 +93,7 @@ def _answer(profile: Profile, kind: str, size: int, n: int, rpn: int, nvlink_gbp
             nic_gbps: float | None) -> Answer:
     """The profile's answer for one group, on a two-tier shape at the nominal rates given (the profile's
     fit replaces every rate it measured; only an unmeasured one keeps its nominal rate)."""
-    from simulator.profile_fit import UNIT_BPS, fit_shape
+    from simulator.profiles.fit import UNIT_BPS, fit_shape
 
     assert profile.network is not None
     servers = max(n // max(rpn, 1), 1)
@@ -113,7 +113,7 @@ def _answer(profile: Profile, kind: str, size: int, n: int, rpn: int, nvlink_gbp
 def _extrapolation_note(profile: Profile, section: str, kind: str, size: int, n: int, rpn: int, answer: Answer,
                         nvlink_gbps: float | None, nic_gbps: float | None) -> str:
     """One line: which value is not the measurements', what the profile lacks and which model filled it."""
-    from simulator.collectives import NIC_EFFICIENCY, NVLINK_EFFICIENCY
+    from simulator.topo.collectives import NIC_EFFICIENCY, NVLINK_EFFICIENCY
 
     assert profile.network is not None
     cal = profile.network.calibration

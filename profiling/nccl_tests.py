@@ -29,7 +29,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from simulator.profile_db import network_row
+from simulator.profiles.db import network_row
 from utils.errors import FormatError
 
 BINARIES = {"all_reduce_perf": "all_reduce", "all_gather_perf": "all_gather", "reduce_scatter_perf": "reduce_scatter",

@@ -28,7 +28,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from profiling.guards import check_device_name, database_lock, gpu_of_device, guard_files
-from simulator import profile_db
+from simulator.profiles import db as profile_db
 from utils.errors import ConfigError
 from utils.units import format_size
 

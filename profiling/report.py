@@ -7,8 +7,8 @@ import json
 import os
 from typing import Any
 
-from simulator import profile_db
-from simulator.profile_fit import Calibration, SeriesFit, calibrate, fit_shape, model_time, points_of, series_fits
+from simulator.profiles import db as profile_db
+from simulator.profiles.fit import Calibration, SeriesFit, calibrate, fit_shape, model_time, points_of, series_fits
 
 
 def calibration_text(device: str, tables: dict, nvlink_nominal_gbps: float | None, nic_nominal_gbps: float | None,
@@ -18,7 +18,7 @@ def calibration_text(device: str, tables: dict, nvlink_nominal_gbps: float | Non
     nv_eff, nic_eff = cal.efficiencies(nvlink_nominal_gbps, nic_nominal_gbps)
     lines = [f"calibration of network profile {device}: {len(cal.points)} measured points, {cal.iterations} iterations, "
              f"root-mean-square error {cal.rms_pct:.2f}%",
-             "  the topo model (NCCL's ring/tree/LL/LL128/Simple costs, simulator.collectives) fitted to every point:"]
+             "  the topo model (NCCL's ring/tree/LL/LL128/Simple costs, simulator.topo.collectives) fitted to every point:"]
 
     def link(label: str, gbps: float | None, eff: float | None, nominal: float | None, flag: str) -> None:
         if gbps is None:

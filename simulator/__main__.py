@@ -1,6 +1,6 @@
 """``python -m simulator``: see :mod:`simulator.cli`; ``python -m simulator validate``: see
-:mod:`simulator.validation`; ``python -m simulator search``: see :mod:`simulator.search`; ``python -m simulator
-place``: see :mod:`simulator.place_cli`; ``python -m simulator serve`` and ``serve-search``: see
+:mod:`simulator.validation`; ``python -m simulator search``: see :mod:`simulator.search.run`; ``python -m simulator
+place``: see :mod:`simulator.search.place`; ``python -m simulator serve`` and ``serve-search``: see
 :mod:`simulator.serve.cli` and :mod:`simulator.serve.search`.  The console entry
 points ``aicb-simulator`` and ``aicb-search`` (pyproject.toml) call :func:`cli` and :func:`search_cli`."""
 
@@ -16,9 +16,9 @@ def cli() -> None:
         run_main(lambda: main(sys.argv[2:]), PROG)
     if sys.argv[1:2] == ["search"]:
         search_cli(sys.argv[2:])
-    if sys.argv[1:2] == ["place"]:  # issue 30: the best placement of a job's ranks (simulator/place_cli.py)
-        from simulator.place_cli import PROG as PLACE
-        from simulator.place_cli import main as place_main
+    if sys.argv[1:2] == ["place"]:  # issue 30: the best placement of a job's ranks (simulator/search/place.py)
+        from simulator.search.place import PROG as PLACE
+        from simulator.search.place import main as place_main
 
         run_main(lambda: place_main(sys.argv[2:]), PLACE)
     if sys.argv[1:2] in (["serve"], ["serve-search"]):
@@ -51,7 +51,7 @@ def _leave(done: SystemExit) -> None:
 
 
 def search_cli(argv: list[str] | None = None) -> None:
-    from simulator.search import PROG, main
+    from simulator.search.run import PROG, main
 
     run_main(lambda: main(sys.argv[1:] if argv is None else argv), PROG)
 

@@ -38,7 +38,7 @@ from workload_generator.simai import SimAIWorkload
 
 
 def _run_simai(workload: Any, topology: Any, options: Any) -> SimulationResult:
-    from simulator.simai_model import SimAIModel
+    from simulator.simai.model import SimAIModel
 
     if topology is not None:
         raise ConfigError("-t/--topology is read by --model topo only (SimAI's analytical model ignores topologies)")
@@ -53,14 +53,14 @@ def _run_simai(workload: Any, topology: Any, options: Any) -> SimulationResult:
 
 
 def _run_topo(workload: Any, topology: Any, options: Any) -> SimulationResult:
-    from simulator.topo_model import run_topo
+    from simulator.topo.model import run_topo
 
     return run_topo(workload, topology, options)
 
 
 def __getattr__(name: str) -> Any:
-    if name == "TopoSession":  # imported on use: simulator.session pulls in nothing heavy, but only sweeps need it
-        from simulator.session import TopoSession
+    if name == "TopoSession":  # imported on use: simulator.topo.session pulls in nothing heavy, but only sweeps need it
+        from simulator.topo.session import TopoSession
 
         return TopoSession
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

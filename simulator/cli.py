@@ -121,7 +121,7 @@ def build_parser(job_flags: bool = True) -> CliParser:
     topo.add_argument("--inference_config", "--inference-config", metavar="JSON",
                       help="an inference workload's model config (AICB's JSON) when -w's file was made from one: "
                            "default the config its header names, else the model its name names")
-    from simulator.profile_flags import add_flags as add_profile_flags  # --profile DIR --network_device NAME
+    from simulator.profiles.flags import add_flags as add_profile_flags  # --profile DIR --network_device NAME
 
     add_profile_flags(p)
     p.add_argument("--json", action="store_true",
@@ -306,10 +306,10 @@ def simulate_args(args: argparse.Namespace) -> tuple[Any, str, Any]:
                 spec = gpu_spec(args.gpu_type)
                 nvlink_bw = spec.nvlink_gbps * spec.nvlink_efficiency
         placement = None
-        if getattr(args, "placement", None) is not None:  # issue 30: a rank file (simulator/placement.py)
+        if getattr(args, "placement", None) is not None:  # issue 30: a rank file (simulator/topo/placement.py)
             if args.topology is None:
                 raise ConfigError("--placement places ranks on a topology's GPUs: give -t/--topology FILE")
-            from simulator.placement import read_placement
+            from simulator.topo.placement import read_placement
 
             world = job.parallel.world_size if job is not None else args.gpus
             if world is None:
@@ -326,11 +326,11 @@ def simulate_args(args: argparse.Namespace) -> tuple[Any, str, Any]:
             compute_source=values.get("compute_source") if values else None,
             placement=placement, pxn=getattr(args, "pxn", True), fill_bubbles=getattr(args, "fill_bubbles", False),
         )
-    from simulator.profile_flags import PROFILE_FLAGS
+    from simulator.profiles.flags import PROFILE_FLAGS
 
     profile = None
     if any(getattr(args, name, None) is not None for name in PROFILE_FLAGS):
-        from simulator.profiles import use_profile
+        from simulator.profiles.measured import use_profile
 
         options, profile = use_profile(args, options, model, job)  # --profile: measured collectives and compute
     if job is not None:
@@ -344,7 +344,7 @@ def simulate_args(args: argparse.Namespace) -> tuple[Any, str, Any]:
         result = api.simulate(workload, args.topology, options, model=model)
         source = args.workload
     if profile is not None:
-        from simulator.profiles import annotate
+        from simulator.profiles.measured import annotate
 
         annotate(result, profile)  # result.setup["sources"]: what came from measurements, what from models
     result.warnings.extend(notes)
@@ -395,7 +395,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if path:
             guard_output(path, inputs, flag)  # before any work: a trace over the workload would destroy it
     if wants_topo(args):  # an inference workload (mode: 1) on --model topo: TTFT / TPOT
-        from simulator import inference
+        from simulator.topo import inference
 
         return inference.cli_main(args, PROG, SIMAI_ONLY)
     result, source, job = simulate_args(args)
@@ -404,7 +404,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for path in contents:
         guard_output(path, inputs, "-r/--result")
     if args.trace:
-        from simulator.trace import trace_text
+        from simulator.topo.trace import trace_text
 
         contents[args.trace] = trace_text(result)
     if args.plot:
@@ -426,8 +426,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"{f' ({bw * 2**30 / 1e9:.1f} GB/s: --pp_busbw {bw:g} GiB/s)' if bw else ' (--pp_busbw)'} x (1 - pp_o)")
         print(report.summary_text(result))
         fill = getattr(result.details, "bubble_fill", None)
-        if fill is not None:  # --fill_bubbles: the bubble per stage before and after (simulator/bubble_fill.py)
-            from simulator.bubble_fill import fill_table
+        if fill is not None:  # --fill_bubbles: the bubble per stage before and after (simulator/topo/bubble_fill.py)
+            from simulator.topo.bubble_fill import fill_table
 
             print(fill_table(fill[1], fill[0], result.iteration_us))
         if result.setup.get("sources"):

@@ -6,7 +6,6 @@ GiB/s for SimAI compatibility only); overlap ratios are fractions in [0, 1].
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -65,8 +64,8 @@ class SimAIOptions:
     and ``nic_busbw`` (-nic) are GiB/s; ``None`` or a value <= 0 takes the default of
     ``gpu_type`` / ``nic_type``.  ``pp_busbw`` is the bandwidth (GiB/s) of the pipeline-parallel
     send in the PP exposed term; ``None`` takes the DP group's inter-node busbw.  SimAI 1.7 divides
-    by ``pp_overlap`` there instead (a bug; see :mod:`simulator.simai_model`).  ``busbw_file`` (-busbw):
-    a :class:`simulator.busbw_file.BusbwFile` or its path; its values then price the collectives it
+    by ``pp_overlap`` there instead (a bug; see :mod:`simulator.simai.model`).  ``busbw_file`` (-busbw):
+    a :class:`simulator.simai.busbw_file.BusbwFile` or its path; its values then price the collectives it
     covers as SimAI's pre-1.7 binary did (no ratio tables, no fixed small-message latencies), and its
     ``PP: busbw`` is the default ``pp_busbw``.
     """
@@ -87,10 +86,6 @@ class SimAIOptions:
 
     def __post_init__(self) -> None:
         _check_cluster(self)
-        if isinstance(self.busbw_file, (str, os.PathLike)):
-            from simulator.busbw_file import BusbwFile
-
-            object.__setattr__(self, "busbw_file", BusbwFile.read(self.busbw_file))
         for name, flag in (("dp_overlap", "-dp_o"), ("tp_overlap", "-tp_o"), ("ep_overlap", "-ep_o"),
                            ("pp_overlap", "-pp_o")):
             value = getattr(self, name)
@@ -120,14 +115,14 @@ class TopoOptions:
 
     - ``gpus`` (-g): ranks to place (default: the workload's ``all_gpus`` / the job's world size);
       the topology must hold at least that many GPUs.
-    - Without a topology, the model derives a two-tier fabric (:class:`simulator.fabric.DerivedFabric`)
+    - Without a topology, the model derives a two-tier fabric (:class:`simulator.topo.fabric.DerivedFabric`)
       from ``gpus_per_server`` (-g_p_s, required then), ``nics_per_server`` (-n_p_s, default one NIC per
       GPU), ``nvlink_bw`` / ``nic_busbw`` (-nv / -nic, GiB/s busbw as SimAI reads them; defaults by
       ``gpu_type`` / ``nic_type`` as in :class:`SimAIOptions`).  With a topology, ``gpus_per_server``,
       when given, must match it.
     - ``nvlink_efficiency`` / ``nic_efficiency``: the share of a link's nominal rate a collective's
       busbw reaches; ``None`` takes 0.824 / 0.97 with a topology file
-      (:data:`simulator.collectives.NVLINK_EFFICIENCY`, :data:`~simulator.collectives.NIC_EFFICIENCY`)
+      (:data:`simulator.topo.collectives.NVLINK_EFFICIENCY`, :data:`~simulator.topo.collectives.NIC_EFFICIENCY`)
       and 1.0 for the derived fabric, whose -nv / -nic are busbw already.
     - ``latency_scale`` multiplies every latency (alpha) term; 0 gives a pure bandwidth model.
     - ``overlap_grad_reduce``: overlap DP/EP gradient reduction with backward as buckets complete
@@ -140,13 +135,13 @@ class TopoOptions:
     - ``compute_source``: for a ``JobConfig`` without ``compute_time_ns``: ``model``, ``file``, ``aiob``
       (default: AIOB with the job's ``aiob_enable``, its ``comp_filepath``, else the compute model for its
       ``gpu_type``).
-    - ``profile``: a :class:`simulator.profiles.Profile` (``--profile DIR --network_device NAME``): every
+    - ``profile``: a :class:`simulator.profiles.measured.Profile` (``--profile DIR --network_device NAME``): every
       collective and pipeline transfer is asked of it (measured times first, NCCL's model fitted to them
       behind); its ``compute_time_ns`` serves as the compute hook.
-    - ``placement``: the GPU of each rank (``--placement FILE``, :mod:`simulator.placement`); None: rank r on GPU r.
+    - ``placement``: the GPU of each rank (``--placement FILE``, :mod:`simulator.topo.placement`); None: rank r on GPU r.
     - ``pxn``: NCCL's PXN on servers with shared NICs (:mod:`topo.hierarchy`; NCCL's default, ``NCCL_PXN_DISABLE=0``).
     - ``fill_bubbles``: each stage's step work that needs no other stage runs as soon as its own backward is done,
-      the gradient-norm all-reduce validated after the step (:mod:`simulator.bubble_fill`).
+      the gradient-norm all-reduce validated after the step (:mod:`simulator.topo.bubble_fill`).
     """
 
     gpus: int | None = None

@@ -1,22 +1,11 @@
-"""The simulator's profile flags (``--profile DIR --network_device NAME --compute_sku SKU``), kept apart
-from :mod:`simulator.profiles` so that a run without a profile parses them without loading the
-profiling database's reader."""
+"""Deprecated path of :mod:`simulator.profiles.flags` (simulator/ was split into folders): importing it warns
+and gives that module itself; the old path goes in the next release."""
 
-from __future__ import annotations
+import sys
+import warnings
 
-from typing import Any
+from simulator.profiles import flags as _moved
 
-PROFILE_FLAGS = ("profile", "network_device", "compute_sku")
-"""The parsed names of the flags; a run that gives none of them needs no profile."""
-
-
-def add_flags(parser: Any) -> None:
-    """``--profile DIR --network_device NAME [--compute_sku SKU]`` (the simulator's flags)."""
-    group = parser.add_argument_group("profiles (python -m profiling)")
-    group.add_argument("--profile", metavar="DIR", help="profiling database: collective times and compute times "
-                       "measured on a cluster; measured points win, the models fill the gaps (the summary says which)")
-    group.add_argument("--network_device", "--network-device", metavar="NAME",
-                       help="the network profile to use (<DIR>/network/NAME; default: the only one)")
-    group.add_argument("--compute_sku", "--compute-sku", metavar="SKU",
-                       help="the compute profile to use (<DIR>/compute/SKU; default: --gpu_type in lower case when "
-                            "the database has it)")
+_OLD, _NEW = "simulator.profile_flags", "simulator.profiles.flags"
+warnings.warn(f"{_OLD} moved to {_NEW}; the old path goes in the next release", DeprecationWarning, stacklevel=2)
+sys.modules[__name__] = _moved

@@ -97,7 +97,7 @@ def end_to_end_chunks(result: SimulationResult, file_name: str) -> Iterator[str]
 
 _ROW_CACHE = 1 << 12
 """Formatted rows the writers keep (keyed by the result object, which the cache holds so that its id is not reused by
-a row computed later, as :class:`simulator.topo_stream.StreamedLayers` computes them: rows alike share one; a file
+a row computed later, as :class:`simulator.topo.stream.StreamedLayers` computes them: rows alike share one; a file
 repeats a few hundred); past that they start again, so that a result of 10^6 distinct rows does not hold every row."""
 
 
@@ -224,7 +224,7 @@ def _topo_summary(result: SimulationResult) -> str:
     cp = any(st.cp_comm_us for st in d.stages)  # context parallelism: its own column (EndToEnd books it to TP)
     if cp:
         lines[-1] = lines[-1].replace(f"{'TP':>12}", f"{'TP':>12} {'CP':>12}")
-    host = any(st.host_us for st in d.stages)  # the GPU waiting for the CPU (simulator/host_model.py; not in EndToEnd)
+    host = any(st.host_us for st in d.stages)  # the GPU waiting for the CPU (simulator/topo/host_model.py; not in EndToEnd)
     if host:
         lines[-1] = lines[-1].replace(f"{'other':>10}", f"{'other':>10} {'host':>12}")
     for st in d.stages:

@@ -16,16 +16,20 @@ from simulator.repeat import with_index
 if TYPE_CHECKING:  # pragma: no cover
     import pandas
 
-    from simulator.topo_result import TopoDetails
+    from simulator.topo.result import TopoDetails
 
 _TOPO = ("StageResult", "CollectiveRecord", "LayerTimes", "Interval", "TopoDetails")
-"""What ``--model topo`` adds lives in :mod:`simulator.topo_result` (imported on use: a SimAI run needs none)."""
+"""What ``--model topo`` adds lives in :mod:`simulator.topo.result` (imported on use: a SimAI run needs none)."""
 
 
 def __getattr__(name: str) -> Any:
-    if name in _TOPO:
-        from simulator import topo_result
+    if name in _TOPO:  # the old path of the topo model's types (simulator/ was split into folders)
+        import warnings
 
+        from simulator.topo import result as topo_result
+
+        warnings.warn(f"simulator.result.{name} moved to simulator.topo.result.{name}; the old path goes in the next "
+                      "release", DeprecationWarning, stacklevel=2)
         return getattr(topo_result, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

@@ -287,7 +287,7 @@ def run_case(case: Case, folder: str) -> dict:
 
 def breakdown(result) -> dict[str, float]:
     """Where the reported (busiest) stage's iteration goes, in seconds: GPU kernels (``compute_s``), the GPU waiting for
-    the host (``host_s``, :mod:`simulator.host_model`), exposed communication (``exposed_comm_s``: every group's and the
+    the host (``host_s``, :mod:`simulator.topo.host_model`), exposed communication (``exposed_comm_s``: every group's and the
     pipeline's) and the bubble."""
     st = result.details.stages[result.details.reported_stage]
     return {"compute_s": st.compute_us / 1e6, "host_s": st.host_us / 1e6,

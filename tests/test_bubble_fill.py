@@ -1,4 +1,4 @@
-"""Bubble filling (``--fill_bubbles``, simulator/bubble_fill.py): a bubble filled by an optimizer step, by hand.
+"""Bubble filling (``--fill_bubbles``, simulator/topo/bubble_fill.py): a bubble filled by an optimizer step, by hand.
 
 Two stages, two micro-batches, forward 1 s and backward 2 s on each stage, free p2p (Megatron's 1F1B):
 stage 1 runs F1 [1,2] B1 [2,4] F2 [4,5] B2 [5,7]; stage 0 runs F1 [0,1] F2 [1,2] B1 [4,6] B2 [7,9].  The last backward
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import pytest
 
-from simulator import engine
-from simulator.bubble_fill import fill_report, fill_scripts, is_validation
-from simulator.programs import ASYNC, COMPUTE, SYNC, Op, Program, StageScript
+from simulator.topo import engine
+from simulator.topo.bubble_fill import fill_report, fill_scripts, is_validation
+from simulator.topo.programs import ASYNC, COMPUTE, SYNC, Op, Program, StageScript
 from workload_generator.schedules import pipeline_schedule
 
 F, B, NORM = 1.0, 2.0, 0.5

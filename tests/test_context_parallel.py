@@ -129,8 +129,8 @@ def test_ring_layer_time_on_a_derived_fabric():
 
 
 def test_ring_exchange_cost_crosses_servers_on_the_nic():
-    from simulator.collectives import LinkModel, collective_cost, p2p_cost
-    from simulator.fabric import DerivedFabric
+    from simulator.topo.collectives import LinkModel, collective_cost, p2p_cost
+    from simulator.topo.fabric import DerivedFabric
 
     # cp 4 over 2 servers of 2 GPUs: the ring's hop between servers goes through a NIC share (52.1 GB/s here)
     fabric = DerivedFabric(4, 2, 2, 400 * 2**30, 50e9, None)
@@ -257,7 +257,7 @@ def test_simai_file_maps_cp_to_simais_groups():
 # ---- the search ---------------------------------------------------------------------------------------
 
 def test_search_enumerates_cp_sizes():
-    from simulator.search_space import Layout, Space, check_space, layouts
+    from simulator.search.space import Layout, Space, check_space, layouts
 
     # 16 GPUs, tp 2, pp 1, cp 1/2/4: dp 8, 4, 2
     space = Space(tp=(2,), pp=(1,), cp=(1, 2, 4), micro_batch=(1,), recompute=("none",), sequence_parallel=(True,),

@@ -25,8 +25,8 @@ from mocked_model.compute.host import (
     graph_scope,
     host_cost,
 )
-from simulator import engine
-from simulator.programs import COMM, COMPUTE, Op, Program
+from simulator.topo import engine
+from simulator.topo.programs import COMM, COMPUTE, Op, Program
 from tests.conftest import run_cli
 from utils.config import JobConfig, TrainingConfig
 from utils.model_config import ModelConfig

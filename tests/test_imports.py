@@ -173,6 +173,58 @@ def test_no_import_circles():
                        + "\n  ".join(found))
 
 
+SIMULATOR_LAYERS = (
+    ("cfloat", "repeat", "result", "options", "inputs", "inference_header", "report"),  # shared types and writers
+    ("simai",), ("topo",), ("profiles",), ("api", "plot", "cli"), ("search", "serve"),
+    ("validation", "__main__", "__init__"),
+)
+"""simulator/'s folders and root modules, lowest first (issue 27: the CLI at the top, the shared result types at the
+bottom, each model's folder importing only below it; search and serve share a layer and import one way)."""
+SIMULATOR_LAYER = {name: rank for rank, names in enumerate(SIMULATOR_LAYERS) for name in names}
+DEPRECATION_FORWARDS = {("simulator.result", "simulator.topo.result"), ("simulator.result", "simulator.topo")}
+"""Old import paths kept for one release: ``simulator.result`` still hands out the topo model's types (lazily, with a
+warning).  The aliases at the moved modules' old paths (``simulator/engine.py`` ...) sit in the top layer."""
+
+
+def simulator_part(module: str) -> str | None:
+    """The folder or root module of ``simulator`` that ``module`` belongs to; old-path aliases count as the top."""
+    parts = module.split(".")
+    if parts[0] != "simulator":
+        return None
+    if len(parts) == 1:
+        return "__init__"
+    name = parts[1]
+    if name in SIMULATOR_LAYER:
+        return name
+    return "__main__"  # a deprecation alias at an old path: imported by nobody inside, the top layer
+
+
+def test_simulator_folders_import_one_way():
+    """simai/, topo/, profiles/, search/ and serve/ import only what is below them (issue 27, item 7)."""
+    graph = module_graph(ROOT)
+    bad = []
+    for module, targets in graph.items():
+        here = simulator_part(module)
+        if here is None:
+            continue
+        for target in targets:
+            there = simulator_part(target)
+            if there is None or there == here or (module, target) in DEPRECATION_FORWARDS:
+                continue
+            if SIMULATOR_LAYER[there] > SIMULATOR_LAYER[here]:
+                bad.append(f"{module} -> {target}")
+    assert not bad, "simulator/ imports upward (layers: " + " < ".join(
+        "/".join(names) for names in SIMULATOR_LAYERS) + "):\n  " + "\n  ".join(sorted(bad))
+    parts: Graph = {}
+    for module, targets in graph.items():
+        here = simulator_part(module)
+        if here in (None, "__main__", "__init__"):
+            continue
+        parts.setdefault(here, set()).update(simulator_part(t) for t in targets if simulator_part(t) not in (None, here)
+                                             and (module, t) not in DEPRECATION_FORWARDS)
+    assert not circles(parts), circles(parts)
+
+
 def test_the_checker_sees_lazy_and_type_checking_imports_and_circles(tmp_path):
     (tmp_path / "utils").mkdir()
     (tmp_path / "utils" / "a.py").write_text("def f():\n    from utils.b import g\n")

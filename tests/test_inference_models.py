@@ -128,8 +128,8 @@ def test_w_takes_the_model_the_file_was_made_from(tmp_path):
     assert gen.returncode == 0, gen.stderr
     path = out / "DeepSeek-671B-world_size8-tp1-pp1-ep8-bs16-seq1024-decode.txt"
     assert path.read_text().splitlines()[0].endswith(f"model_config: {config}")
-    from simulator.inference import simulate_file
     from simulator.options import TopoOptions
+    from simulator.topo.inference import simulate_file
 
     options = TopoOptions(gpus_per_server=8)
     ours = simulate_file(str(path), None, options, "H200")

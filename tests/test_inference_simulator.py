@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.inference import simulate_file, simulate_inference
 from simulator.options import TopoOptions
+from simulator.topo.inference import simulate_file, simulate_inference
 from tests.conftest import EXAMPLES, run_cli
 from utils.errors import ConfigError
 from utils.inference_config import resolve_model

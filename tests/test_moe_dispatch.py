@@ -20,8 +20,8 @@ from mocked_model.compute.moe_ops import permute_kernels, unpermute_kernels
 from mocked_model.compute.ops import Precision
 from mocked_model.moe_dispatch import deepep_traffic, miss_probability
 from mocked_model.routing import expert_shares, route
-from simulator.moe_overlap import _slowed, pair_time, pairs
-from simulator.programs import StageScript
+from simulator.topo.moe_overlap import _slowed, pair_time, pairs
+from simulator.topo.programs import StageScript
 from tests.conftest import ROOT, run_cli
 from utils.config import JobConfig, TrainingConfig
 from utils.errors import ConfigError

@@ -7,10 +7,10 @@ import pytest
 
 from mocked_model.memory import estimate_memory, megatron_stage_shapes
 from mocked_model.mtp import mtp_activation_bytes
-from simulator import engine
-from simulator.param_gather import Gather, StagePlan, stage_plans
-from simulator.programs import ASYNC, COMPUTE, Op, Program, StageScript
-from simulator.search_space import Space, build_job, layouts
+from simulator.search.space import Space, build_job, layouts
+from simulator.topo import engine
+from simulator.topo.param_gather import Gather, StagePlan, stage_plans
+from simulator.topo.programs import ASYNC, COMPUTE, Op, Program, StageScript
 from utils.cli import model_from, resolve
 from utils.config import JobConfig, TrainingConfig
 from utils.model_config import ModelConfig

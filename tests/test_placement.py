@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from simulator.collectives import LinkModel, bus_bandwidth, p2p_cost
 from simulator.options import TopoOptions
-from simulator.placed_fabric import HierarchyFabric
-from simulator.placement import Placement, parse_rank_file, rank_file_text, search_placement
+from simulator.topo.collectives import LinkModel, bus_bandwidth, p2p_cost
+from simulator.topo.placed_fabric import HierarchyFabric
+from simulator.topo.placement import Placement, parse_rank_file, rank_file_text, search_placement
 from tests.conftest import run_cli
 from topo import read_topology
 from topo.gen import main as topo_gen

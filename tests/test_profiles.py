@@ -1,5 +1,5 @@
-"""The profiling database (simulator.profile_db), its reader (simulator.profiles), the fits
-(simulator.profile_fit) and python -m profiling's torch-free commands: hand-derived numbers, synthetic
+"""The profiling database (simulator.profiles.db), its reader (simulator.profiles.measured), the fits
+(simulator.profiles.fit) and python -m profiling's torch-free commands: hand-derived numbers, synthetic
 profiles with known answers, and one-line errors."""
 
 from __future__ import annotations
@@ -11,10 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator import profile_db
-from simulator.collectives import LinkModel
-from simulator.profile_fit import alpha_beta, calibrate, fit_shape, model_time
-from simulator.profiles import (
+from simulator.profiles import db as profile_db
+from simulator.profiles.fit import alpha_beta, calibrate, fit_shape, model_time
+from simulator.profiles.measured import (
     EXTRAPOLATED,
     GROUP_INTERPOLATED,
     INTERPOLATED,
@@ -24,6 +23,7 @@ from simulator.profiles import (
     ComputeProfile,
     Profile,
 )
+from simulator.topo.collectives import LinkModel
 from tests.conftest import run_cli
 from utils.errors import ConfigError, FormatError
 from utils.units import GIB
@@ -128,7 +128,7 @@ def test_beyond_the_measurements_the_fitted_model_takes_over(network):
 
 
 def test_topo_model_hook_answers_from_the_profile(network):
-    from simulator.collectives import collective_cost
+    from simulator.topo.collectives import collective_cost
 
     shape = fit_shape(8, 8, 450e9, 50e9)
     cost = network.collective_cost("all_reduce", 4 * MIB, shape, LinkModel())
@@ -311,8 +311,8 @@ def test_busbw_yaml_for_a_layout(tmp_path):
     assert values[("PP", "busbw")] == round(45e9 / GIB, 2)
     assert values[("EP", "alltoall")] is None
     assert "# all_reduce over 8 ranks, 8 per node: measured" in out.read_text()
-    # and SimAI's reader as the simulator's -busbw has it (simulator.busbw_file) agrees
-    from simulator.busbw_file import BusbwFile
+    # and SimAI's reader as the simulator's -busbw has it (simulator.simai.busbw_file) agrees
+    from simulator.simai.busbw_file import BusbwFile
 
     read = BusbwFile.read(out)
     assert read.busbw("TP", "all_reduce") == pytest.approx(279.4, rel=1e-6) and read.pp_busbw == pytest.approx(41.91)

@@ -13,8 +13,8 @@ import sys
 
 import pytest
 
-from simulator import profile_db
-from simulator.profiles import INTERPOLATED, MEASURED, Profile
+from simulator.profiles import db as profile_db
+from simulator.profiles.measured import INTERPOLATED, MEASURED, Profile
 from tests.conftest import run_cli
 from tests.test_replay import base_env, free_port
 

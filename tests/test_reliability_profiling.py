@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from simulator import profile_db
+from simulator.profiles import db as profile_db
 from tests.conftest import ROOT, run_cli
 from tests.test_profiles import NCCL_TESTS, write_series
 from utils.errors import FormatError

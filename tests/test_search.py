@@ -6,9 +6,9 @@ import csv
 
 import pytest
 
-from simulator.search import HEADER
-from simulator.search_report import pareto_front
-from simulator.search_space import Layout, Space, build_job, check_space, compute_bound_s, layouts, uneven_split
+from simulator.search.report import pareto_front
+from simulator.search.run import HEADER
+from simulator.search.space import Layout, Space, build_job, check_space, compute_bound_s, layouts, uneven_split
 from tests.conftest import EXAMPLES, run_cli
 from utils.cli import model_from, resolve
 from utils.errors import ConfigError

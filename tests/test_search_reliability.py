@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from simulator.search_files import HEADER
+from simulator.search.files import HEADER
 from tests.conftest import EXAMPLES, ROOT, run_cli
 from utils.errors import ConfigError
 
@@ -75,7 +75,7 @@ def test_output_through_a_symbolic_link_is_refused_and_its_target_kept(tmp_path)
 # ---- item 2: --jobs -------------------------------------------------------------------------------------
 
 def test_jobs_is_capped_at_the_cpus_in_one_line(tmp_path):
-    from simulator.search_pool import cpu_count, worker_count
+    from simulator.search.pool import cpu_count, worker_count
 
     said: list[str] = []
     assert worker_count(100000, said.append) == cpu_count() and len(said) == 1 and "--jobs 100000" in said[0]
@@ -199,7 +199,7 @@ def test_resume_refuses_a_duplicate_row_and_a_row_cut_at_the_end(tmp_path, finis
 # ---- item 6: unbounded work and remote waits ---------------------------------------------------------------
 
 def test_a_huge_global_batch_is_bounded_before_planning(tmp_path):
-    from simulator.search_space import divisors
+    from simulator.search.space import divisors
 
     assert len(divisors(10**9)) == 100  # 10^9 = 2^9 5^9: (9 + 1) x (9 + 1) divisors, found up to 31,623
     out = tmp_path / "o.csv"
@@ -214,7 +214,7 @@ def test_a_huge_global_batch_is_bounded_before_planning(tmp_path):
 def test_an_unreachable_ray_address_fails_in_seconds(monkeypatch):
     import types
 
-    from simulator import search_pool
+    from simulator.search import pool as search_pool
 
     hung = types.ModuleType("ray")
     hung.init = lambda **kw: time.sleep(3600)  # a Ray client that would retry for minutes
@@ -237,8 +237,8 @@ def test_topo_gen_with_an_unclosed_quote_is_one_line(tmp_path):
 
 def test_a_ray_cluster_gives_the_rows_a_local_pool_gives(tmp_path):
     ray = pytest.importorskip("ray")
-    from simulator.search_pool import LocalPool, RayPool
-    from simulator.search_space import Layout
+    from simulator.search.pool import LocalPool, RayPool
+    from simulator.search.space import Layout
 
     base = {"model_name": "gpt_tiny", "global_batch": 32, "seq_length": 128, "gpu_type": "H100"}
     point = {"topology": "t", "job": "j", "flags": {}}

@@ -8,8 +8,8 @@ import csv
 
 import pytest
 
-from simulator.search_cache import SearchCache
-from simulator.search_space import Layout, build_job
+from simulator.search.cache import SearchCache
+from simulator.search.space import Layout, build_job
 from tests.conftest import EXAMPLES, run_cli
 
 TOPO16 = str(EXAMPLES / "topo_Spectrum-X_16g_8gps_400Gbps_H100")
@@ -29,9 +29,9 @@ def test_bound_and_memory_against_the_simulation(layout):
     from mocked_model.memory import estimate_memory
     from simulator.api import simulate
     from simulator.options import TopoOptions
-    from simulator.search_cache import p2p_bytes
-    from simulator.search_comm import CommFloor
-    from simulator.session import TopoSession
+    from simulator.search.cache import p2p_bytes
+    from simulator.search.comm import CommFloor
+    from simulator.topo.session import TopoSession
     from workload_generator.megatron import MegatronWorkload
 
     job = build_job(TINY, layout)
@@ -93,8 +93,8 @@ def test_reused_scripts_give_the_simulation_of_each_rank_order():
     # simulate() gives it (the order moves the groups and the pipeline's neighbours onto other GPUs)
     from simulator.api import simulate
     from simulator.options import TopoOptions
-    from simulator.search_pool import simulate_job
-    from simulator.session import TopoSession
+    from simulator.search.pool import simulate_job
+    from simulator.topo.session import TopoSession
 
     session = TopoSession(TOPO16)
     for layout in (LAYOUTS[1], LAYOUTS[2]):

@@ -8,8 +8,8 @@ import csv
 
 import pytest
 
-from simulator.search_report import html_page, pareto_front, ties
-from simulator.sweep import Point, gpu_types, pareto_rows
+from simulator.search.report import html_page, pareto_front, ties
+from simulator.search.sweep import Point, gpu_types, pareto_rows
 from tests.conftest import EXAMPLES, run_cli
 from utils.errors import ConfigError
 
@@ -107,7 +107,7 @@ def test_ties_within_the_models_error_by_hand():
 def test_the_page_summarises_the_job_and_escapes_what_it_shows():
     from collections import Counter
 
-    from simulator.search import Plan
+    from simulator.search.run import Plan
 
     rows = [dict(tp=2, pp=1, dp=8, ep=1, vpp=1, micro_batch=1, recompute="none", sequence_parallel="False",
                  distributed_optimizer="True", order="tp-cp-ep-dp-pp", tp_comm_overlap="False", iteration_s="1.5",
@@ -121,8 +121,8 @@ def test_the_page_summarises_the_job_and_escapes_what_it_shows():
 
 
 def test_memory_headroom_drops_the_layouts_that_would_not_keep_it():
-    from simulator.search import plan
-    from simulator.search_space import check_space
+    from simulator.search.run import plan
+    from simulator.search.space import check_space
 
     base = {"model_name": "llama3_8B", "global_batch": 64, "seq_length": 4096}
     space = check_space({"tp": "1,2,4,8", "pp": "1", "micro_batches": "1", "recompute": "none",
@@ -139,9 +139,9 @@ def test_memory_headroom_drops_the_layouts_that_would_not_keep_it():
 
 
 def test_points_planned_on_workers_give_the_plan_of_one_process():
-    from simulator.search import plan, plan_points
-    from simulator.search_pool import LocalPool
-    from simulator.search_space import check_space
+    from simulator.search.pool import LocalPool
+    from simulator.search.run import plan, plan_points
+    from simulator.search.space import check_space
 
     base = {"model_name": "gpt_tiny", "global_batch": 32, "seq_length": 128}
     space = check_space({"tp": "1,2", "pp": "1,2", "micro_batches": "1,2", "recompute": "none,full"})

@@ -1,5 +1,5 @@
 """The serving step-cost model (simulator/serve/cost.py): a step priced from the engine's aggregates agrees with the
-per-step simulation (simulator/inference.py) to the nanosecond; the KV capacity, a KV transfer, speculative decoding's
+per-step simulation (simulator/topo/inference.py) to the nanosecond; the KV capacity, a KV transfer, speculative decoding's
 accepted tokens, DeepEP's low-latency dispatch and the precisions by hand."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from dataclasses import replace
 import pytest
 
 from mocked_model.compute.kernels import GemmShape, gemm_ns
-from simulator.inference import deepep_a2a_s, simulate_job
 from simulator.options import TopoOptions
 from simulator.serve.cost import BatchStep, StepCost, accepted_tokens, cost_model
+from simulator.topo.inference import deepep_a2a_s, simulate_job
 from utils.errors import ConfigError
 
 NV = 360 * 2**30
@@ -113,7 +113,7 @@ def test_speculative_decoding():
 def test_deepep_low_latency_dispatch_reproduces_its_table():
     # DeepEP's legacy table: EP 8 low-latency dispatch of 128 tokens x top-8 x 7,392 B (FP8 with scales) in 77 us at
     # 98 GB/s on a 50 GB/s NIC per GPU: a fabric whose NIC share is 50 GB/s gives 7,569,408 / 98e9 = 77.24 us
-    from simulator.collectives import GroupShape, LinkModel
+    from simulator.topo.collectives import GroupShape, LinkModel
 
     shape = GroupShape(8, 1, 8, "NVSwitch", 450e9, 50e9, 0.0, 0.0)
     links = LinkModel(1.0, 1.0, 0.0)

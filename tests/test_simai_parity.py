@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from simulator.api import simulate
-from simulator.busbw_file import BusbwFile
 from simulator.options import SimAIOptions
+from simulator.simai.busbw_file import BusbwFile
 from tests.conftest import EXAMPLES, run_cli
 from utils.errors import ConfigError, FormatError
 

@@ -10,7 +10,7 @@ import tracemalloc
 import pytest
 
 import simulator.report  # noqa: F401  (imported before any memory is traced)
-import simulator.simai_model  # noqa: F401
+import simulator.simai.model  # noqa: F401
 from simulator.api import load_workload, simulate
 from simulator.options import SimAIOptions
 from simulator.report import _csv_cell, _end_to_end_row, write_files, write_results

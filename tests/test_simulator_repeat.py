@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import simulator.simai_model as simai_model
+import simulator.simai.model as simai_model
 from simulator.api import simulate
 from simulator.options import SimAIOptions
 from simulator.repeat import RepeatedLayers, find_blocks, repeat_segments, repeat_sum

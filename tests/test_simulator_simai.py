@@ -18,7 +18,7 @@ import pytest
 
 from simulator.api import simulate
 from simulator.options import SimAIOptions
-from simulator.simai_model import SimAIModel
+from simulator.simai.model import SimAIModel
 from tests.conftest import EXAMPLES
 from utils.errors import ConfigError, FormatError
 from workload_generator.simai import SimAIHeader, SimAILayer, SimAIWorkload

@@ -1,5 +1,5 @@
 """``--model topo``: collective costs on Spectrum-X topologies, derived by hand from the formulas of
-``simulator/collectives.py`` (NCCL's tuning model) and ``simulator/fabric.py``.
+``simulator/topo/collectives.py`` (NCCL's tuning model) and ``simulator/topo/fabric.py``.
 
 Constants (NVIDIA/nccl src/graph/tuning.cc), latencies in us, per protocol (LL, LL128, Simple):
   baseLat ring 6.6 14.0 8.4          tree 6.8 14.0 0
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.collectives import LinkModel, collective_cost, congestion, p2p_cost
-from simulator.fabric import TopologyFabric
+from simulator.topo.collectives import LinkModel, collective_cost, congestion, p2p_cost
+from simulator.topo.fabric import TopologyFabric
 from tests.conftest import EXAMPLES
 from topo import read_topology
 

@@ -1,8 +1,8 @@
 """``--model topo`` on SimAI files whose records all differ, in bounded memory (issue 28, item 11).
 
 The records are kept as columns (:class:`workload_generator.simai_records.RecordColumns`), a micro-batch block that
-no other micro-batch repeats is a :class:`simulator.programs.BlockProgram` (its ops built when asked), compiled
-compact (:mod:`simulator.topo_stream`), and the EndToEnd rows are computed a few thousand records at a time as the
+no other micro-batch repeats is a :class:`simulator.topo.programs.BlockProgram` (its ops built when asked), compiled
+compact (:mod:`simulator.topo.stream`), and the EndToEnd rows are computed a few thousand records at a time as the
 file is written.  Every number stays the one the whole-file computation gives: the reference here is the same run
 with every block an ordinary program (the code before this change), compared file by file.  The 10^6-record figure
 lives in ``bench/bench_sim_memory.py --topo --distinct``; here the peak resident memory of two smaller runs.
@@ -19,14 +19,14 @@ from pathlib import Path
 
 import pytest
 
-import simulator.programs as programs
-import simulator.topo_model  # noqa: F401  (imported before a test patches simulator.programs.BlockProgram)
-import simulator.topo_stream as topo_stream
+import simulator.topo.model  # noqa: F401  (imported before a test patches simulator.topo.programs.BlockProgram)
+import simulator.topo.programs as programs
+import simulator.topo.stream as topo_stream
 from simulator.api import simulate
 from simulator.options import TopoOptions
-from simulator.programs import BlockProgram, Program, scripts_from_simai
 from simulator.report import result_texts
 from simulator.result import collective_rows, stage_rows, topo_layer_rows
+from simulator.topo.programs import BlockProgram, Program, scripts_from_simai
 from tests.conftest import EXAMPLES, ROOT
 from workload_generator import simai_records
 from workload_generator.simai import SimAILayer, SimAIWorkload

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import pytest
 
-from simulator import engine
 from simulator.api import simulate
 from simulator.options import TopoOptions
-from simulator.programs import COMPUTE, Op, Program, StageScript, find_blocks
+from simulator.topo import engine
+from simulator.topo.programs import COMPUTE, Op, Program, StageScript, find_blocks
 from utils.config import JobConfig, TrainingConfig
 from utils.model_config import ModelConfig
 from utils.parallel import ParallelConfig

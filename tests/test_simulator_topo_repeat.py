@@ -13,12 +13,12 @@ from dataclasses import replace
 
 import pytest
 
-import simulator.programs as programs
-import simulator.topo_model as topo_model
-from simulator import engine
+import simulator.topo.model as topo_model
+import simulator.topo.programs as programs
 from simulator.api import TopoSession, simulate
 from simulator.options import TopoOptions
 from simulator.result import layer_rows
+from simulator.topo import engine
 from tests.conftest import EXAMPLES
 from tests.test_simulator_topo_pipeline import balanced, compute_scripts, play
 from utils.config import JobConfig, TrainingConfig

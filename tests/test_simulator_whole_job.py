@@ -34,7 +34,7 @@ def test_whole_job_json_and_files(tmp_path):
     for key in ("iteration_s", "compute_s", "exposed_comm_s", "bubble_s", "tflops_per_gpu", "mfu"):
         assert isinstance(row[key], float), key
     # the busiest stage's terms add up to the iteration (host_s: the GPU waiting for the host's launches of this
-    # tiny model's short kernels, simulator/host_model.py)
+    # tiny model's short kernels, simulator/topo/host_model.py)
     assert row["host_s"] > 0
     assert row["compute_s"] + row["exposed_comm_s"] + row["host_s"] + row["bubble_s"] == pytest.approx(row["iteration_s"])
     # Megatron's FLOP count: gpt_tiny (4 layers, hidden 256, vocab 1024, already a multiple of 128 x tp 2),

@@ -64,7 +64,7 @@ def host_us(training) -> float:
 def job_estimator(job, prices: dict | None = None, engine_host: bool = False) -> Callable[[object], float | None]:
     """The estimator of a training job: its GPU (``--gpu_type`` or ``--gpu_spec``), dtype and launch cost, per item
     as its ``--cuda_graph_scope`` captures it.  ``engine_host``: GPU times only (the topo engine plays the host,
-    :mod:`simulator.host_model`), the dispatchers' host waits left to it too."""
+    :mod:`simulator.topo.host_model`), the dispatchers' host waits left to it too."""
     from mocked_model.compute.host import HostSetup
 
     t = job.training

@@ -1,5 +1,5 @@
 """What the host (CPU) spends issuing each computation and collective of a Megatron training step, and where it must
-wait for the GPU: the constants and the per-item cost the engine's host model plays (:mod:`simulator.host_model`).
+wait for the GPU: the constants and the per-item cost the engine's host model plays (:mod:`simulator.topo.host_model`).
 
 Eager PyTorch issues every kernel from Python: the GPU can start a kernel only once the CPU has walked through the
 module's Python, the dispatcher and the launch.  The CPU normally runs ahead of long kernels and the GPU never waits;

@@ -1,13 +1,13 @@
 """The fast step-cost model of a serving replica: what one scheduler step costs, as a function of the aggregates the
 engine keeps (:class:`BatchStep`), built from the same step items and prices as the per-step simulation
-(:mod:`simulator.inference`) and turned into memoized pieces so that a serving run can call it 10^5-10^6 times.
+(:mod:`simulator.topo.inference`) and turned into memoized pieces so that a serving run can call it 10^5-10^6 times.
 
     cost = cost_model("llama3_70B", "H100", None, tp=4, options=TopoOptions(gpus_per_server=8))
     cost.step_s(BatchStep(prefill_tokens=512, prefill_attention=512 * 513 / 2, decode_seqs=31, decode_context=31_000,
                           prefill_seqs=1))
 
 A step of ``t`` tokens (prefill chunks and decodes together) costs, per pipeline stage, summed over the stages as
-:func:`simulator.inference.simulate_job` sums them:
+:func:`simulator.topo.inference.simulate_job` sums them:
 
 - **linear work** ``S(t)``: every item whose cost depends only on the step's token count (projections, norms,
   rotary, the router, the MoE experts at the routing's token counts, the embedding, and the TP all-reduces, EP
@@ -40,14 +40,14 @@ A step of ``t`` tokens (prefill chunks and decodes together) costs, per pipeline
   two micro-batches whose MoE dispatch and combine run while the other's computation does: each MoE layer costs
   ``max(2 x compute(t / 2) + its attention, 2 x dispatch and combine(t / 2))`` instead of their sum;
 - **DeepEP** (``a2a="deepep"``): the dispatch and combine priced from DeepEP's published figures
-  (:func:`simulator.inference.deepep_a2a_s`: low-latency kernels for decode-only steps, normal kernels otherwise).
+  (:func:`simulator.topo.inference.deepep_a2a_s`: low-latency kernels for decode-only steps, normal kernels otherwise).
 
 Attention data parallelism (``dp`` > 1): the step's aggregates split evenly over the ``dp`` attention replicas,
 which step together (their MoE all-to-alls meet every step).
 
 ``kv_capacity_tokens`` is vLLM's sizing (:func:`mocked_model.inference_memory.kv_capacity`); ``kv_transfer_s`` moves
 the KV of every layer, TP-sharded as it sits (each GPU of the prefill replica to its peer of the decode replica, all
-at once), over the fabric's point-to-point path between the two replicas (:func:`simulator.collectives.p2p_cost`).
+at once), over the fabric's point-to-point path between the two replicas (:func:`simulator.topo.collectives.p2p_cost`).
 """
 
 from __future__ import annotations
@@ -173,7 +173,7 @@ class ModelStepCost:
         from mocked_model.compute import gpu_spec
         from mocked_model.inference_host import GRAPH_CAPTURE_SIZES
         from mocked_model.inference_memory import kv_bytes_per_token, kv_capacity
-        from simulator.inference import CollectiveCosts
+        from simulator.topo.inference import CollectiveCosts
 
         if memo not in ("grid", "exact"):
             raise ConfigError(f"memo {memo!r} is not grid or exact")
@@ -455,7 +455,7 @@ class ModelStepCost:
         to ``dst_replica`` (replicas placed on consecutive GPUs): each GPU sends its shard to its peer at once, so the
         slowest stage's shard over the fabric's path between the replicas' first GPUs decides."""
         from mocked_model.inference_memory import kv_bytes_per_token
-        from simulator.collectives import p2p_cost
+        from simulator.topo.collectives import p2p_cost
 
         if tokens <= 0:
             return 0.0
@@ -498,8 +498,8 @@ def cost_model(model: Any, gpu: str, topology: Any = None, tp: int = 1, pp: int 
     and ``tp`` > 1, SGLang's and vLLM's default).  ``dtype`` the weights (None: the model's), ``kv_dtype`` the KV
     cache.  A Vidur-layout profile prices the step from measured operations instead:
     :func:`simulator.serve.vidur.vidur_cost_model` (same arguments plus the profile's folder)."""
-    from simulator.inference import fabric_for
     from simulator.options import TopoOptions
+    from simulator.topo.inference import fabric_for
     from utils.inference_config import InferenceModel, resolve_model
 
     m = model if isinstance(model, InferenceModel) else resolve_model(str(model))

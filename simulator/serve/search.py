@@ -17,7 +17,7 @@ first), then by goodput at the rate found; when no layout meets the SLOs the com
 (the smallest ratio of figure to objective), exit status 0.
 
 Layouts run on every local core (``--jobs``, a process pool) or on a Ray cluster (``--ray ADDRESS``), like the
-training search (:mod:`simulator.search`'s task pump); ``-o`` gets the ranked CSV, ``--html`` a page with a plot.
+training search (:mod:`simulator.search.run`'s task pump); ``-o`` gets the ranked CSV, ``--html`` a page with a plot.
 """
 
 from __future__ import annotations
@@ -267,8 +267,8 @@ def _task(task: tuple[dict[str, Any], Layout]) -> dict[str, Any]:
 def _run(tasks: list[tuple[dict[str, Any], Layout]], jobs: int, ray_address: str | None,
          on_done: Any) -> list[dict[str, Any]]:
     """Every task's row, in the order they finish, on local processes or a Ray cluster (the training search's
-    task pump, :func:`simulator.search._in_flight`)."""
-    from simulator.search import _in_flight
+    task pump, :func:`simulator.search.run._in_flight`)."""
+    from simulator.search.run import _in_flight
 
     rows: list[dict[str, Any]] = []
     if ray_address:

@@ -352,9 +352,9 @@ def write_profile(root: str | os.PathLike, model_name: str, gpu: str, tps: Seque
     Returns the files written."""
     import re
 
-    from simulator.collectives import collective_cost, p2p_cost
     from simulator.options import TopoOptions
     from simulator.serve.cost import cost_model
+    from simulator.topo.collectives import collective_cost, p2p_cost
     from utils.inference_config import resolve_model
 
     model = resolve_model(model_name)

@@ -6,7 +6,7 @@ from measurements where the profile has them and from the models where it does n
     profile.kernel_time(item)                                                    # a computation WorkItem
     TopoOptions(profile=profile, compute_time_ns=profile.compute_time_ns)        # what --profile wires
 
-The simulator asks this module, never the files (:mod:`simulator.profile_db` reads and checks them).
+The simulator asks this module, never the files (:mod:`simulator.profiles.db` reads and checks them).
 
 Collectives (``--network_device``): for a group of ``ranks`` with ``ranks_per_node`` on each node,
 
@@ -19,8 +19,8 @@ Collectives (``--network_device``): for a group of ``ranks`` with ``ranks_per_no
    ``ranks``: their bus bandwidths at that size, linear in log2(ranks), turned back into a time with
    nccl-tests' factor (``interpolated in group size``);
 3. otherwise the topo model's formulas (NCCL's ring/tree/LL/LL128/Simple model,
-   :mod:`simulator.collectives`) with the bandwidths and latency scale fitted to the whole profile
-   (:mod:`simulator.profile_fit`), on the simulated fabric's placement and congestion (``model``); a term
+   :mod:`simulator.topo.collectives`) with the bandwidths and latency scale fitted to the whole profile
+   (:mod:`simulator.profiles.fit`), on the simulated fabric's placement and congestion (``model``); a term
    the profile did not measure (the NIC of a one-node profile) keeps the fabric's nominal rate and
    efficiency (``model, NIC not measured``).
 
@@ -46,13 +46,13 @@ from dataclasses import dataclass, replace
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from simulator import profile_db
-from simulator.collectives import Cost, GroupShape, LinkModel, busbw_factor, collective_cost, p2p_cost
-from simulator.profile_flags import PROFILE_FLAGS, add_flags  # noqa: F401 (re-exported)
+from simulator.profiles import db as profile_db
+from simulator.profiles.flags import PROFILE_FLAGS, add_flags  # noqa: F401 (re-exported)
+from simulator.topo.collectives import Cost, GroupShape, LinkModel, busbw_factor, collective_cost, p2p_cost
 from utils.errors import ConfigError
 
 if TYPE_CHECKING:
-    from simulator.profile_fit import Calibration
+    from simulator.profiles.fit import Calibration
 
 MEASURED, INTERPOLATED, GROUP_INTERPOLATED, EXTRAPOLATED, SCALED, MODEL, UNPRICED = (
     "measured", "interpolated", "interpolated in group size", "extrapolated", "scaled", "model", "unpriced")
@@ -92,7 +92,7 @@ class NetworkProfile:
     def calibration(self) -> Calibration:
         """The link model fitted to every measured point (computed on first use)."""
         if self._calibration is None:
-            from simulator.profile_fit import calibrate, points_of  # numpy: only when a model must fill a gap
+            from simulator.profiles.fit import calibrate, points_of  # numpy: only when a model must fill a gap
 
             self._calibration = calibrate(points_of(self.tables))
         return self._calibration
@@ -115,7 +115,7 @@ class NetworkProfile:
             s0, s1, t0, t1 = sizes[i - 1], sizes[i], times[i - 1], times[i]
             t = t0 + (t1 - t0) * (size - s0) / (s1 - s0)
             return Answer(t * 1e-6, INTERPOLATED, f"between {s0} and {s1} bytes")
-        from simulator.profile_fit import fit_shape, model_time
+        from simulator.profiles.fit import fit_shape, model_time
 
         edge = 0 if i == 0 else len(sizes) - 1
         fitted = self.calibration.links(None, fit_shape(*key))
@@ -161,7 +161,7 @@ class NetworkProfile:
             if found is not None:
                 return found, None
         if shape is None:
-            from simulator.profile_fit import fit_shape
+            from simulator.profiles.fit import fit_shape
 
             shape = fit_shape(n, rpn)
         cost = self._model(kind, size, shape, links)
@@ -380,9 +380,9 @@ class Profile:
             self._keep.append(item)  # ids stay unique while the item lives
         return hit
 
-    # -- hooks of the topo model (simulator.collectives' signatures) --
+    # -- hooks of the topo model (simulator.topo.collectives' signatures) --
     def collective_cost(self, kind: str, size: float, shape: GroupShape, links: LinkModel) -> Cost:
-        """:func:`simulator.collectives.collective_cost`, answered from the profile first."""
+        """:func:`simulator.topo.collectives.collective_cost`, answered from the profile first."""
         if shape.n <= 1 or size <= 0 or kind not in profile_db.NETWORK_FILES and kind != "reduce":
             return collective_cost(kind, size, shape, links)
         rpn = shape.per_server if shape.n == shape.per_server * shape.servers else max(shape.n // shape.servers, 1)
@@ -393,7 +393,7 @@ class Profile:
 
     def p2p_cost(self, size: float, same_server: bool, bottleneck_Bps: float, path_latency_s: float, links: LinkModel,
                  congestion: float = 1.0) -> Cost:
-        """:func:`simulator.collectives.p2p_cost`, answered from the profile's send_recv first."""
+        """:func:`simulator.topo.collectives.p2p_cost`, answered from the profile's send_recv first."""
         if size <= 0:
             return p2p_cost(size, same_server, bottleneck_Bps, path_latency_s, links, congestion)
         shape = GroupShape(2, 1 if same_server else 2, 2 if same_server else 1, "NVSwitch" if same_server else "ASW",

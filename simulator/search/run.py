@@ -5,18 +5,18 @@
     python -m simulator search --topo_gen "-topo Spectrum-X" --gpu_type H100,H200,B200 --world_size 1024,2048,4096 \\
         --model_name llama3_70B --global_batch 1024 --seq_length 8192 -o sweep.csv --html sweep.html
 
-For each sweep point (:mod:`simulator.sweep`: a GPU type, a GPU count and a topology) the search enumerates the
-layouts of :mod:`simulator.search_space` (TP, CP, PP, DP, EP and expert TP, model chunks, micro-batch, recomputation,
+For each sweep point (:mod:`simulator.search.sweep`: a GPU type, a GPU count and a topology) the search enumerates the
+layouts of :mod:`simulator.search.space` (TP, CP, PP, DP, EP and expert TP, model chunks, micro-batch, recomputation,
 sequence parallelism, distributed optimizer, rank order, TP-communication overlap), drops those Megatron-LM rejects
 and those that do not fit the GPU's memory (less ``--memory_headroom_gib``), bounds each of the rest from below
-(:mod:`simulator.search_cache`: the pipeline's critical chain of computation and of the communication no schedule
-hides, :mod:`simulator.search_comm`), and simulates them with ``--model topo`` best bound first.  A layout whose
+(:mod:`simulator.search.cache`: the pipeline's critical chain of computation and of the communication no schedule
+hides, :mod:`simulator.search.comm`), and simulates them with ``--model topo`` best bound first.  A layout whose
 bound exceeds its point's ``--top``-th best simulated time cannot enter that point's best and is not simulated
 (``--no_prune`` simulates every one); every time reported is a full simulation's.
 
 The work runs here (``--jobs 1``), on worker processes that die with the search (``--jobs``, at most the CPUs) or on
 a Ray cluster (``--ray ADDRESS``); rows are appended to ``-o`` as they arrive, each with its job's fingerprint, so an
-interrupted search keeps what it found and ``--resume`` continues it (:mod:`simulator.search_files`); at the end the
+interrupted search keeps what it found and ``--resume`` continues it (:mod:`simulator.search.files`); at the end the
 CSV is rewritten ranked (fastest iteration first), with the plot (``--plot``) and a page (``--html``) when asked.
 """
 
@@ -33,10 +33,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from simulator.search_files import BREAKDOWN_FIELDS, HEADER, RESULT_FIELDS, layout_key, line_of, read_rows, write_ranked
-from simulator.search_pool import LocalPool, RayPool, in_flight, simulate_layout, worker_count
-from simulator.search_space import Layout, build_job, check_space, compute_bound_s, layouts
-from simulator.sweep import Point
+from simulator.search.files import BREAKDOWN_FIELDS, HEADER, RESULT_FIELDS, layout_key, line_of, read_rows, write_ranked
+from simulator.search.pool import LocalPool, RayPool, in_flight, simulate_layout, worker_count
+from simulator.search.space import Layout, build_job, check_space, compute_bound_s, layouts
+from simulator.search.sweep import Point
 from utils.cli import CliParser, add_job_flags, positive_int
 from utils.errors import ConfigError, UserError
 
@@ -156,7 +156,7 @@ def space_size(model: Any, sizes: Sequence[int], global_batch: int, space: Any, 
 def plan(base: dict[str, Any], points: Sequence[Point], space: Any, headroom_gib: float = 0.0,
          say=None) -> Plan:
     """Enumerate, validate, check the memory of and bound every layout of every point."""
-    from simulator.search_cache import SearchCache
+    from simulator.search.cache import SearchCache
     from utils.cli import model_from, resolve
     from workload_generator.limits import check_megatron
 
@@ -214,11 +214,11 @@ def plan(base: dict[str, Any], points: Sequence[Point], space: Any, headroom_gib
 
 
 def _floor(point: Point) -> Any:
-    """The point's :class:`simulator.search_comm.CommFloor` on the session its simulations will use (this process's;
+    """The point's :class:`simulator.search.comm.CommFloor` on the session its simulations will use (this process's;
     pool workers fork with it), or None when the topology cannot be modelled here (the bound is then computation
     only: looser, still a bound)."""
-    from simulator.search_comm import CommFloor
-    from simulator.search_pool import session_for
+    from simulator.search.comm import CommFloor
+    from simulator.search.pool import session_for
 
     try:
         return CommFloor(session_for(point.path), point.world)
@@ -228,9 +228,9 @@ def _floor(point: Point) -> Any:
 
 def _needs_size_check(job: Any) -> bool:
     """Whether to count the job's workload against ``--max_items`` while planning: only where the simulator would
-    build the whole schedule (:func:`simulator.topo_model._job_scripts` builds a 1F1B pipeline of more than ``pp +
+    build the whole schedule (:func:`simulator.topo.model._job_scripts` builds a 1F1B pipeline of more than ``pp +
     SHORT_CYCLES`` micro-batches short of its middle cycles) and the schedule is long enough to come near the limit."""
-    from simulator.topo_model import SHORT_CYCLES
+    from simulator.topo.model import SHORT_CYCLES
 
     p = job.parallel
     if p.ga * -(-job.model.num_layers // p.pp) < CHECKED_LAYER_STEPS:
@@ -284,7 +284,7 @@ def _guard_outputs(args: argparse.Namespace, base: dict[str, Any]) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(_join_topo_gen(sys.argv[1:] if argv is None else argv))
     base = {dest: getattr(args, dest) for dest in args.job_flags if hasattr(args, dest)}
-    from simulator import sweep
+    from simulator.search import sweep
 
     gpus = sweep.gpu_types(args.gpu_type or base.pop("gpu_spec", None))  # (a --gpu_spec FILE stands for its GPU)
     sizes = sweep.worlds(args.world_size)
@@ -306,7 +306,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                           "--global_batch, or raise --max_layouts")
     with tempfile.TemporaryDirectory() as folder:
         found_points = sweep.points(args.topology, args.topo_gen, gpus, sizes, folder)
-        from simulator.search_files import fingerprint, topology_identity
+        from simulator.search.files import fingerprint, topology_identity
 
         identities: dict[str, str] = {}
         for point in found_points:
@@ -369,7 +369,7 @@ def _pictures(args: argparse.Namespace, rows: list[dict[str, Any]], found: Plan,
     if not (args.plot or args.html):
         return
     from simulator.report import write_files
-    from simulator.search_report import html_page, pareto_png
+    from simulator.search.report import html_page, pareto_png
 
     png = pareto_png(rows)
     contents: dict[str, str | bytes] = {}
@@ -382,7 +382,7 @@ def _pictures(args: argparse.Namespace, rows: list[dict[str, Any]], found: Plan,
 
 def _run(args: argparse.Namespace, base: dict[str, Any], found: Plan, done_rows: list[dict[str, Any]], jobs: int,
          say, local: LocalPool | None = None) -> list[dict[str, Any]]:
-    from simulator.search_files import open_rows
+    from simulator.search.files import open_rows
 
     rows = list(done_rows)
     done_keys = {layout_key(r) for r in done_rows}
@@ -510,8 +510,8 @@ def _say_results(rows: list[dict[str, Any]], args: argparse.Namespace, points: l
     """The best layout (of each point in a sweep), the ties within the model's error, the Pareto front."""
     if not rows:
         return
-    from simulator.search_report import ties
-    from simulator.sweep import best_per_point, pareto_rows
+    from simulator.search.report import ties
+    from simulator.search.sweep import best_per_point, pareto_rows
 
     best = min(rows, key=lambda r: float(r["iteration_s"]))
     print(f"best: {_describe_row(best)}: {float(best['iteration_s']):.3f} s per iteration, "
