@@ -180,3 +180,17 @@ def test_grid_memo_is_exact_on_its_points_and_linear_between():
     excess = grid.step_s(step(1050)) - exact.step_s(step(1050))
     assert excess == pytest.approx(32 * sum(chords) * 1e-9, rel=1e-6)
     assert excess / exact.step_s(step(1050)) == pytest.approx(2.4e-7, abs=0.05e-7)
+
+
+def test_a_segment_with_a_step_inside_is_halved_until_linear():
+    # Qwen3-Next-80B on H200, TP 2, EP 2: inside the segment (6529, 6592] its expert GEMMs gain a tile row (128 -> 129
+    # tokens per expert: 6554 tokens x 10 routed / 512 experts = 128.01), a step in the cost that a chord over the whole
+    # segment smears by up to 3.5% of the step.  The midpoint 6560 disagrees with that chord, so the memo halves the
+    # segment until each part's midpoint agrees (within 1e-5): every count then lands within 1e-5 of the exact price
+    grid = cost_model("Qwen3-Next-80B", "H200", None, tp=2, ep=2)
+    exact = cost_model("Qwen3-Next-80B", "H200", None, tp=2, ep=2, memo="exact")
+    step = lambda t: BatchStep(t, t * (t + 1) / 2, 0, 0, 1)   # noqa: E731
+    errors = [abs(grid.step_s(step(t)) / exact.step_s(step(t)) - 1) for t in range(6529, 6593)]
+    assert max(errors) < 1e-5
+    memo = grid._memos[next(k for k in grid._memos if k[0] == "common")]
+    assert (6529, 6592) not in memo.linear and any(lo >= 6529 and hi <= 6592 for lo, hi in memo.linear)
