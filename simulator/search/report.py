@@ -127,9 +127,10 @@ def _table(rows: list[dict[str, Any]]) -> str:
 
 def html_page(rows: list[dict[str, Any]], png: bytes, plan: Any, worlds: Sequence[int], gpus: Sequence[str] | str,
               base: dict[str, Any] | None = None, args: dict[str, Any] | None = None, error: float = 0.036,
-              top: int = 20) -> str:
+              top: int = 20, extra: str = "") -> str:
     """The page: the job and the search (what was given, what was dropped and why), the verdict on ties, the plot,
-    the best ``top`` layouts of each sweep point (a scrolling table with a fixed header)."""
+    the best ``top`` layouts of each sweep point (a scrolling table with a fixed header), then ``extra`` (HTML: the
+    placement section of ``--placement search``, :func:`simulator.search.placed.html_section`)."""
     gpus = [gpus] if isinstance(gpus, str) else list(gpus)
     base, args = base or {}, args or {}
     job = ", ".join(f"{k} {v}" for k, v in sorted(base.items()) if v not in (None, False)) or "defaults"
@@ -156,4 +157,4 @@ def html_page(rows: list[dict[str, Any]], png: bytes, plan: Any, worlds: Sequenc
             f"content='width=device-width,initial-scale=1'><title>Layout search</title><style>{STYLE}</style></head><body>"
             f"<h1>Layout search</h1><dl>{summary}</dl>{verdict}"
             f"<img alt='iteration time of every simulated layout, Pareto front joined' src='data:image/png;base64,{image}'>"
-            + "".join(tables) + "</body></html>\n")
+            + "".join(tables) + extra + "</body></html>\n")

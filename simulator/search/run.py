@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from simulator.search.files import BREAKDOWN_FIELDS, HEADER, RESULT_FIELDS, layout_key, line_of, read_rows, write_ranked
+from simulator.search.placed import PLACEMENT_TOP, PLACEMENTS
+from simulator.search.placed import describe as _describe_row
 from simulator.search.pool import LocalPool, RayPool, in_flight, simulate_layout, worker_count
 from simulator.search.space import Layout, build_job, check_space, compute_bound_s, layouts
 from simulator.search.sweep import Point
@@ -115,6 +117,17 @@ def build_parser() -> CliParser:
     p.add_argument("--overlap_param_gather", "--overlap-param-gather", choices=("both", "on", "off"), default="on",
                    help="Megatron's --overlap-param-gather (with --overlap-grad-reduce, which it needs) in the layouts "
                         "with the distributed optimizer: on (default, as the NeMo / Megatron-Bridge recipes), off or both")
+    p.add_argument("--placement", choices=PLACEMENTS, default="default",
+                   help="default: rank r on GPU r (torchrun's node rank j on server j, CUDA_VISIBLE_DEVICES unset); "
+                        "search: after the ranking, place each point's --placement_top best layouts as python -m "
+                        "simulator place does (server order, GPU slot order) on topologies with shared NICs or PCIe "
+                        "switches, re-rank them by the placed time, write FILE.placement.csv and each layout's rank "
+                        "file FILE.placementK.txt beside -o FILE.csv (the main CSV keeps the default's times)")
+    p.add_argument("--placement_top", "--placement-top", type=positive_int, metavar="K",
+                   help=f"with --placement search: layouts placed per sweep point, fastest first (default {PLACEMENT_TOP})")
+    p.add_argument("--placement_max_evals", "--placement-max-evals", type=positive_int, metavar="N",
+                   help="with --placement search: simulations per placed layout at most (default 300, as python -m "
+                        "simulator place --max_evals)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress and no summary lines (errors still)")
     p.set_defaults(job_flags=frozenset(add_job_flags(p, JOB_GROUPS, SKIP)))
     return p
@@ -272,7 +285,12 @@ def _guard_outputs(args: argparse.Namespace, base: dict[str, Any]) -> None:
                               "--gpu_spec": base.get("gpu_spec")}
     guard_output(args.output, inputs, "-o/--output")
     taken = {"-o/--output": args.output}
-    for flag, value in (("--plot", args.plot), ("--html", args.html)):
+    outputs = [("--plot", args.plot), ("--html", args.html)]
+    if args.placement == "search":
+        from simulator.search.placed import output_paths
+
+        outputs.append(("--placement search's CSV", output_paths(args.output, 0)[0]))
+    for flag, value in outputs:
         if value:
             guard_output(value, {**inputs, **taken}, flag)
             for other, path in taken.items():  # outputs not written yet: the same path is the same file
@@ -293,6 +311,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise ConfigError(f"--memory_headroom_gib {args.memory_headroom_gib:g}: expected GiB to keep free, 0 or more")
     if bool(args.topology) == bool(args.topo_gen):
         raise ConfigError("give -t/--topology FILE or --topo_gen \"FLAGS\" (one of them)")
+    from simulator.search.placed import check_flags
+
+    check_flags(args)
     _guard_outputs(args, base)
     say = (lambda text: None) if args.quiet else print
     jobs = 1 if args.ray else worker_count(args.jobs, lambda text: print(text, file=sys.stderr))
@@ -314,6 +335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 identities[point.path] = topology_identity(point.path if args.topology else None,
                                                            None if args.topology else f"{point.topology} -g {point.world}")
             point.job = fingerprint(base, point.gpu, identities[point.path])
+        rank_files = _guard_rank_files(args, base, len(found_points))
         done_rows = read_rows(args.output, {p.job for p in found_points}) \
             if args.resume and os.path.exists(args.output) else []
         local = LocalPool(jobs) if not args.ray and jobs > 1 else None
@@ -322,11 +344,68 @@ def main(argv: Sequence[str] | None = None) -> int:
         finally:
             if local is not None:
                 local.close()
-    write_ranked(args.output, rows)
-    _pictures(args, rows, found, sizes, gpus, base)
+        write_ranked(args.output, rows)
+        placed = _place(args, base, rows, found_points, jobs, rank_files, say)
+    _pictures(args, rows, found, sizes, gpus, base, placed)
     _say_results(rows, args, found_points, say)
     print(f"wrote {args.output} ({len(rows)} layouts ranked)")
+    if placed is not None:
+        _say_placement(args, placed, say)
     return 0
+
+
+def _guard_rank_files(args: argparse.Namespace, base: dict[str, Any], npoints: int) -> list[str]:
+    """With ``--placement search``: the rank files every point's placed layouts may write, each checked (as
+    :func:`_guard_outputs` checks the others) before anything is simulated."""
+    if args.placement != "search":
+        return []
+    from simulator.search.placed import output_paths
+    from utils.io import OutputError, guard_output
+
+    csv_path, paths = output_paths(args.output, (args.placement_top or PLACEMENT_TOP) * npoints)
+    inputs = {"-t/--topology": args.topology, "--comp_filepath": base.get("comp_filepath"),
+              "--gpu_spec": base.get("gpu_spec"), "-o/--output": args.output, "--plot": args.plot, "--html": args.html,
+              "--placement search's CSV": csv_path}
+    taken = {os.path.realpath(path): flag for flag, path in inputs.items() if path and not flag.startswith("-t")}
+    for path in paths:
+        guard_output(path, inputs, "--placement search's rank file")
+        if os.path.realpath(path) in taken:  # outputs not written yet: the same path is the same file
+            raise OutputError(f"--placement search's rank file {path} is also {taken[os.path.realpath(path)]}: one "
+                              "would overwrite the other")
+    return paths
+
+
+def _place(args: argparse.Namespace, base: dict[str, Any], rows: list[dict[str, Any]], points: list[Point],
+           jobs: int, rank_files: list[str], say) -> list[Any] | None:
+    """``--placement search`` (:mod:`simulator.search.placed`): each point's best layouts placed, re-ranked, their
+    placement CSV and rank files written beside ``-o``; None with ``--placement default``."""
+    if args.placement != "search":
+        return None
+    from simulator.report import write_files
+    from simulator.search import placed
+    from simulator.topo.placement import MAX_EVALS
+
+    found = placed.place_points(rows, points, base, args.placement_top or PLACEMENT_TOP,
+                                args.placement_max_evals or MAX_EVALS, 1 if args.ray else jobs, say)
+    placed.assign_files(found, rank_files)
+    contents = placed.files(found, placed.output_paths(args.output, 0)[0])
+    if contents:
+        write_files(contents)
+    return found
+
+
+def _say_placement(args: argparse.Namespace, found: list[Any], say) -> None:
+    from simulator.search.placed import output_paths, summary_lines
+
+    verdict, details = summary_lines(found)
+    for line in details:
+        say(line)
+    for line in verdict:
+        print(line)
+    written = [p.rank_file for entry in found for p in entry.placed if p.rank_file]
+    if written:
+        print(f"wrote {output_paths(args.output, 0)[0]} and {len(written)} rank file{'s' if len(written) > 1 else ''} "
+              f"({os.path.basename(written[0])}{' ...' if len(written) > 1 else ''})")
 
 
 def plan_points(base: dict[str, Any], points: Sequence[Point], space: Any, headroom_gib: float, say,
@@ -365,7 +444,7 @@ def _plan_and_run(args: argparse.Namespace, base: dict[str, Any], found_points: 
 
 
 def _pictures(args: argparse.Namespace, rows: list[dict[str, Any]], found: Plan, sizes: list[int], gpus: list[str],
-              base: dict[str, Any]) -> None:
+              base: dict[str, Any], placed: list[Any] | None = None) -> None:
     if not (args.plot or args.html):
         return
     from simulator.report import write_files
@@ -376,7 +455,12 @@ def _pictures(args: argparse.Namespace, rows: list[dict[str, Any]], found: Plan,
     if args.plot:
         contents[args.plot] = png
     if args.html:
-        contents[args.html] = html_page(rows, png, found, sizes, gpus, base, vars(args), MODEL_ERROR, args.top)
+        extra = ""
+        if placed is not None:
+            from simulator.search.placed import html_section
+
+            extra = html_section(placed, args.html)
+        contents[args.html] = html_page(rows, png, found, sizes, gpus, base, vars(args), MODEL_ERROR, args.top, extra)
     write_files(contents)
 
 
@@ -552,10 +636,3 @@ def _describe(layout: Layout | None) -> str:
     cp = f" cp {layout.cp}" if layout.cp > 1 else ""
     return (f"tp {layout.tp}{cp} pp {layout.pp} dp {layout.dp} ep {layout.ep} vpp {layout.vpp} micro {layout.micro_batch} "
             f"{layout.recompute} recomputation")
-
-
-def _describe_row(row: dict[str, Any]) -> str:
-    cp = f" cp {row['cp']}" if str(row.get("cp", "1")) not in ("1", "") else ""
-    return (f"tp {row['tp']}{cp} pp {row['pp']} dp {row['dp']} ep {row['ep']} vpp {row['vpp']} micro {row['micro_batch']} "
-            f"recompute {row['recompute']} sp {row['sequence_parallel']} dist-opt {row['distributed_optimizer']} "
-            f"order {row['order']}{' tp-comm-overlap' if str(row.get('tp_comm_overlap')) == 'True' else ''}")

@@ -200,12 +200,13 @@ def seed_slots(topology: Any, hierarchy: Any) -> list[tuple[int, ...]]:
 
 
 def search_placement(job: Any, topology: Any, options: Any = None, session: Any = None, max_evals: int = MAX_EVALS,
-                     progress: Callable[[str], None] | None = None) -> PlaceResult:
+                     progress: Callable[[str], None] | None = None, fill_bubbles: bool = True) -> PlaceResult:
     """The best placement of ``job`` (a ``JobConfig``) on ``topology`` (a path or :class:`topo.Topology`) that the
     search finds (see the module docstring), with the default's and the best's iteration times.  ``options``: the
     :class:`simulator.options.TopoOptions` every simulation uses (its ``placement`` and ``fill_bubbles`` are set
     here); ``session``: a :class:`simulator.topo.session.TopoSession` on the topology to reuse (the layout search's).
-    Raises :class:`ConfigError` when the job does not fill whole servers."""
+    ``fill_bubbles``: also play the best placement with bubble filling (``fill_result``; the layout search, which
+    reports no bubble filling, leaves it out).  Raises :class:`ConfigError` when the job does not fill whole servers."""
     from simulator.options import TopoOptions
     from simulator.topo.session import TopoSession
     from topo.hierarchy import hierarchy_of
@@ -278,8 +279,10 @@ def search_placement(job: Any, topology: Any, options: Any = None, session: Any 
                     label = f"node rank {j}: server {current[j]} -> {s}"
                 if consider(replace(best, server_of=tuple(servers)), label):
                     improved = True
-    fill_result = session.simulate(job, replace(options, placement=None if best.is_default else best.gpu_of(),
-                                                fill_bubbles=True))
+    fill_result = None
+    if fill_bubbles:
+        fill_result = session.simulate(job, replace(options, placement=None if best.is_default else best.gpu_of(),
+                                                    fill_bubbles=True))
     return PlaceResult(default_s, best_s, default, best, evaluated, steps, default_result, best_result, fill_result)
 
 
