@@ -131,9 +131,7 @@ def test_bad_inputs(tmp_path, args, message):
     assert done.returncode == 2, done.stdout + done.stderr
     lines = done.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("simulator search: error: ") and message in lines[0], done.stderr
-    if "--ray" in args or "fits no layout" in message or "divides" in message:
-        assert rows_of(out) == []  # the partial CSV: its header, nothing simulated
-        assert out.read_text().startswith("tp,pp,dp")
+    assert not out.exists()  # found before anything is simulated: no CSV, not even its header
 
 
 def test_topo_gen_takes_its_flags_as_one_argument_with_leading_dash(tmp_path):

@@ -339,11 +339,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         done_rows = read_rows(args.output, {p.job for p in found_points}) \
             if args.resume and os.path.exists(args.output) else []
         local = LocalPool(jobs) if not args.ray and jobs > 1 else None
+        # the Ray cluster is reached before anything is planned or written: an address that does not answer is one
+        # line and no CSV
+        remote = RayPool(args.ray) if args.ray else None
         try:
-            rows, found = _plan_and_run(args, base, found_points, space, done_rows, jobs, sizes, gpus, say, local)
+            rows, found = _plan_and_run(args, base, found_points, space, done_rows, jobs, sizes, gpus, say, local,
+                                        remote)
         finally:
-            if local is not None:
-                local.close()
+            for pool in (local, remote):
+                if pool is not None:
+                    pool.close()
         write_ranked(args.output, rows)
         placed = _place(args, base, rows, found_points, jobs, rank_files, say)
     _pictures(args, rows, found, sizes, gpus, base, placed)
@@ -425,12 +430,11 @@ def plan_points(base: dict[str, Any], points: Sequence[Point], space: Any, headr
 
 def _plan_and_run(args: argparse.Namespace, base: dict[str, Any], found_points: list[Point], space: Any,
                   done_rows: list[dict[str, Any]], jobs: int, sizes: list[int], gpus: list[str], say,
-                  local: LocalPool | None) -> tuple[list[dict[str, Any]], Plan]:
+                  local: LocalPool | None, remote: RayPool | None = None) -> tuple[list[dict[str, Any]], Plan]:
     """Plan the points, then simulate what can enter their best (the CSV written as rows arrive)."""
     found = plan_points(base, found_points, space, args.memory_headroom_gib, say, local)
     _say_plan(found, sizes, gpus, len(found_points), say)
-    if not found.candidates:
-        write_ranked(args.output, done_rows)
+    if not found.candidates:  # a user error: nothing is written (a --resume file stays as it was)
         if found.too_big == 0:
             raise ConfigError(f"--world_size {args.world_size}: no layout of the model divides it (every one of the "
                               f"{found.enumerated} tried is rejected; most often: {_top_reason(found)})")
@@ -439,7 +443,7 @@ def _plan_and_run(args: argparse.Namespace, base: dict[str, Any], found_points: 
         raise ConfigError(f"the model fits no layout on --world_size {args.world_size}: the smallest needs {need:.1f} "
                           f"GiB per GPU ({_describe(layout)}{' on ' + point.gpu if point else ''}), more than the "
                           f"GPU's memory{room}")
-    rows = _run(args, base, found, done_rows, jobs, say, local)
+    rows = _run(args, base, found, done_rows, jobs, say, local, remote)
     return rows, found
 
 
@@ -465,7 +469,7 @@ def _pictures(args: argparse.Namespace, rows: list[dict[str, Any]], found: Plan,
 
 
 def _run(args: argparse.Namespace, base: dict[str, Any], found: Plan, done_rows: list[dict[str, Any]], jobs: int,
-         say, local: LocalPool | None = None) -> list[dict[str, Any]]:
+         say, local: LocalPool | None = None, remote: RayPool | None = None) -> list[dict[str, Any]]:
     from simulator.search.files import open_rows
 
     rows = list(done_rows)
@@ -490,7 +494,7 @@ def _run(args: argparse.Namespace, base: dict[str, Any], found: Plan, done_rows:
         if not append:
             stream.write(",".join(HEADER) + "\n")
             stream.flush()
-        pool = RayPool(args.ray) if args.ray else local or LocalPool(jobs)
+        pool = remote or (RayPool(args.ray) if args.ray else local or LocalPool(jobs))
 
         def cannot_win(c: Candidate) -> bool:
             best = times.get(c.point.key, ())
@@ -532,7 +536,7 @@ def _run(args: argparse.Namespace, base: dict[str, Any], found: Plan, done_rows:
             progress.update(simulated, pruned)
     finally:
         stream.close()
-        if pool is not None:
+        if pool is not None and pool is not remote:  # the caller closes the pool it made
             pool.close()
         progress.close()
     say(f"simulated {simulated - failures} layouts" + (f" ({len(done_rows)} kept from {args.output})" if done_rows else "")
