@@ -377,8 +377,22 @@ def _ns3_spellings(args: argparse.Namespace) -> list[str]:
     return notes
 
 
+def _frame_of(argv: Sequence[str]) -> str | None:
+    """The ``--frame`` (``--comm_frame``) value in ``argv``, or None."""
+    for i, arg in enumerate(argv):
+        name, sep, value = arg.partition("=")
+        if name in ("--frame", "--comm_frame", "--comm-frame"):
+            return value if sep else (argv[i + 1] if i + 1 < len(argv) else None)
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse flags, simulate, write the result files, print the summary.  Returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if _frame_of(argv) == "Inference":  # an inference job's flags (issue 28, item 19): simulator/topo/inference.py
+        from simulator.topo.inference import job_main
+
+        return job_main(argv, PROG)
     args = parse_args(argv)
     # Heavy imports after the flags are known to be well-formed.
     from simulator import report

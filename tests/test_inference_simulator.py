@@ -107,3 +107,74 @@ def test_cli_memory_error_is_one_line(tmp_path):
     proc = run_cli("-m", "simulator", "--model", "topo", "-w", path, "-g_p_s", "8", "-g_type", "H200",
                    "-r", str(tmp_path / "out") + "/")
     assert proc.returncode == 0 and "of 126.9 GiB usable on the H200" in proc.stdout, proc.stderr
+
+
+def test_a_file_under_a_name_of_its_own_keeps_its_phase_and_batch(tmp_path):
+    # issue 28, item 19: the generator's -o used to lose the phase and batch, which only AICB's file name carries
+    args = ("-m", "workload_generator.SimAI_inference_workload_generator", "DeepSeek-671B", "--phase", "decode",
+            "--world_size", "8", "--expert_model_parallel_size", "8", "--micro_batch", "32", "--seq_length", "1024",
+            "--gpu_type", "H200")
+    own = tmp_path / "my_step.txt"
+    assert run_cli(*args, "--output", str(own)).returncode == 0
+    header = own.read_text().splitlines()[0]
+    assert header.endswith(" aicb_name: DeepSeek-671B-world_size8-tp1-pp1-ep8-bs32-seq1024-decode")
+    # under AICB's own name the file stays AICB's, byte for byte in its header
+    assert run_cli(*args, "--result_dir", str(tmp_path / "aicb")).returncode == 0
+    (aicb,) = (tmp_path / "aicb").rglob("*.txt")
+    assert aicb.read_text().splitlines()[0] == header.split(" aicb_name:")[0]
+    results = [run_cli("-m", "simulator", "--model", "topo", "-w", str(path), "-g_p_s", "8", "-nv", "360",
+                       "--gpu_type", "H200", "-r", str(tmp_path / name) + "/") for path, name in ((own, "a"), (aicb, "b"))]
+    assert all(r.returncode == 0 for r in results), [r.stderr for r in results]
+    assert "does not follow AICB's name" not in results[0].stderr
+    # the same TPOT, throughput (32 sequences x dp 8 = 256 tokens per step) and memory figure from either file
+    lines = [[line for line in r.stdout.splitlines() if "TPOT" in line or "tokens/s" in line or "memory" in line]
+             for r in results]
+    assert lines[0] == lines[1] and len(lines[0]) == 3 and "(256 tokens per step)" in lines[0][1]
+
+
+JOB = ("--phase", "decode", "--world_size", "8", "--expert_model_parallel_size", "8", "--micro_batch", "32",
+       "--seq_length", "1024", "--gpu_type", "H200")
+
+
+def test_the_simulator_takes_an_inference_jobs_flags_as_its_file_does(tmp_path):
+    # issue 28, item 19: 'python -m simulator --frame Inference' listed the frame and refused -m and --phase
+    path = tmp_path / "step.txt"
+    made = run_cli("-m", "workload_generator.SimAI_inference_workload_generator", "DeepSeek-671B", *JOB, "--output",
+                   str(path))
+    assert made.returncode == 0, made.stderr
+    from_file = run_cli("-m", "simulator", "--model", "topo", "-w", str(path), "-g_p_s", "8", "--gpu_type", "H200",
+                        "-r", str(tmp_path / "f") + "/")
+    from_job = run_cli("-m", "simulator", "--frame", "Inference", "-m", "deepseek-671B", *JOB, "-g_p_s", "8",
+                       "-r", str(tmp_path / "j") + "/")
+    assert from_file.returncode == 0 and from_job.returncode == 0, from_file.stderr + from_job.stderr
+
+    def row(folder: str) -> dict[str, str]:
+        (path,) = (tmp_path / folder).glob("*-inference.csv")
+        head, values = path.read_text().splitlines()
+        return dict(zip(head.split(","), values.split(",")))
+
+    job, file = row("j"), row("f")
+    assert job["phase"] == file["phase"] == "decode" and job["tokens_per_step"] == file["tokens_per_step"] == "256"
+    # the file rounds each of its 238 records' compute to a nanosecond; its name resolves to the same model
+    for key in ("step_us", "compute_us", "ep_us", "tokens_per_s_per_gpu", "weights_gib", "kv_cache_gib"):
+        assert float(job[key]) == pytest.approx(float(file[key]), rel=1e-4), key
+    assert "TPOT (decode step)" in from_job.stdout
+    (written,) = (tmp_path / "j").glob("*-inference.csv")
+    assert written.name == "deepseek-671B-world_size8-tp1-pp1-ep8-bs32-seq1024-decode-inference.csv"
+
+
+@pytest.mark.parametrize("extra, message", [
+    (("--output", "w.txt"), "--output writes or times a workload file"),
+    (("--compute_source", "aiob"), "--compute_source aiob writes or times a workload file"),
+    (("--phase", "train"), "argument --phase: invalid choice"),
+    ((), "--frame Inference needs -t/--topology FILE, or -g_p_s"),
+])
+def test_inference_job_refusals_are_one_line(tmp_path, extra, message):
+    flags = ["--frame", "Inference", "-m", "deepseek-671B", *JOB, "-r", str(tmp_path / "o") + "/"]
+    if extra:
+        flags += ["-g_p_s", "8", *extra]
+    done = run_cli("-m", "simulator", *flags)
+    assert done.returncode == 2
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("simulator: error: ") and message in line, line
+    assert not (tmp_path / "o").exists()

@@ -93,12 +93,13 @@ def describe(job: InferenceJob) -> str:
 
 def simai_main(argv: Sequence[str] | None, prog: str) -> int:
     """``SimAI_inference_workload_generator``: write the SimAI inference workload (.txt)."""
-    from workload_generator.simai_inference import default_paths, simai_inference_workload
+    from workload_generator.simai_inference import default_paths, name_job, simai_inference_workload
 
     job, values = parse(argv, prog, "Write the SimAI inference workload (.txt) of a prefill or decode step.")
     workload, report, memory = generate(job, values)
     simai, _layers, dropped = simai_inference_workload(job, step_items(workload), workload.compute_source != "placeholder")
     path = values.get("output") or default_paths(job, values["result_dir"])[0]
+    name_job(simai, job, path)
     simai.write(path)
     print(describe(job))
     print_report(report)

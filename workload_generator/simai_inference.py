@@ -102,6 +102,13 @@ not AICB's default for the model's kind, so that ``python -m simulator -w FILE``
 file name's model name resolves to.  SimAI matches its own keys and ignores this one (as it ignores ``mode``)."""
 
 
+JOB_NAME_KEY = "aicb_name"
+"""Header key holding AICB's name of the file's job (``{model}-world_size{W}-tp{T}-pp{P}-ep{E}-bs{B}-seq{S}-{phase}``,
+percent-encoded), written only when the file is saved under a name of the user's own (``-o FILE``, see
+:func:`name_job`), so that ``python -m simulator -w FILE`` still knows its phase, batch and context; files under
+AICB's names stay byte-identical to AICB's.  SimAI ignores the key as it ignores ``mode``."""
+
+
 def simai_header(job: InferenceJob) -> SimAIHeader:
     """AICB 2.1's inference header (``pp_comm``: one activation between stages, 0 with pp 1), plus
     :data:`MODEL_CONFIG_KEY` for a model read from a config of its own."""
@@ -113,6 +120,15 @@ def simai_header(job: InferenceJob) -> SimAIHeader:
         extra[MODEL_CONFIG_KEY] = quote(config)
     return SimAIHeader(tp=job.tp, ep=job.ep, pp=job.pp, vpp=1, ga=1, all_gpus=job.world_size, checkpoints=(),
                        checkpoint_initiates=(), pp_comm=job.pp_bytes(), extra=extra, order=HEADER_ORDER)
+
+
+def name_job(workload: SimAIWorkload, job: InferenceJob, path: str) -> None:
+    """Add :data:`JOB_NAME_KEY` to ``workload``'s header when ``path``'s name is not AICB's name of ``job``."""
+    from urllib.parse import quote
+
+    stem = os.path.splitext(os.path.basename(path))[0]
+    if stem.removeprefix("aicb_infer_") != job.file_stem():
+        workload.header.extra[JOB_NAME_KEY] = quote(job.file_stem())
 
 
 def simai_inference_workload(job: InferenceJob, items: list[WorkItem],

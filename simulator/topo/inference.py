@@ -369,12 +369,18 @@ def _known(gpu: str | None) -> bool:
 
 def job_from_name(path: str, config: str | None = None,
                   header: Any = None) -> tuple[dict[str, Any] | None, InferenceJob | None, str | None]:
-    """AICB's file name's fields, and the job they describe when the model is one we know (else None and why).
+    """AICB's file name's fields (or those of the name our generator's header keeps, ``aicb_name``), and the job they
+    describe when the model is one we know (else None and why).
     The model is read from ``config`` (``--inference_config``) when given, else from the config the file's header
     names (``model_config``, written by our generator for a model of its own config), else resolved from the name."""
+    from urllib.parse import unquote
+
     stem = os.path.splitext(os.path.basename(path))[0]
     for prefix in ("aicb_infer_", "vidur-"):
         stem = stem[len(prefix):] if stem.startswith(prefix) else stem
+    if header is not None and header.extra.get("aicb_name"):
+        # our generator's header names the job: it holds for the records even under a name of the user's own (-o)
+        stem = unquote(header.extra["aicb_name"])
     match = _AICB_NAME.fullmatch(stem)
     if not match:
         return None, None, None
@@ -384,8 +390,6 @@ def job_from_name(path: str, config: str | None = None,
         raise ConfigError(f"{path}: the file name gives {', '.join(f'{k} {fields[k]}' for k in zero)}; each must be at "
                           "least 1 (AICB names its files <model>-world_size<W>-tp<T>-pp<P>-ep<E>-bs<B>-seq<S>-<phase>)")
     if config is None and header is not None and header.extra.get("model_config"):
-        from urllib.parse import unquote
-
         config = unquote(header.extra["model_config"])
         if not os.path.isfile(config):
             raise ConfigError(f"{path}: its header names the model config {config}, which does not exist: give "
@@ -468,6 +472,87 @@ def simulate_file(path: str, topology: Any = None, options: TopoOptions | None =
     source = "the file's records (placeholders)" if placeholder else "the file's records"
     return InferenceResult(phase, model, layout, stage_s, step, tokens, world, rows, memory, fabric.description,
                            source, warnings)
+
+
+GENERATOR_ONLY = (("output", "--output"), ("result_dir", "--result_dir"), ("aiob_enable", "--aiob_enable"),
+                  ("comp_filepath", "--comp_filepath"), ("pp_rank", "--pp_rank"))
+"""The inference generators' flags that mean nothing to a simulation of the whole job (it writes no workload, plays
+every stage and times the computation with the compute model)."""
+
+
+def _job_flags(parser: Any) -> None:
+    from utils.cli_types import fraction, non_negative, number, positive_int
+
+    parser.add_argument("--frame", "--comm_frame", "--comm-frame", choices=("Inference",), required=True,
+                        help="Inference: the job below, one prefill or decode step")
+    parser.add_argument("-m", "--model_name", "--model-name", "--model_size", "--model-size", dest="model_name",
+                        required=True, metavar="MODEL", help="DeepSeek-671B, Qwen3-Moe-235B, Qwen3-Next-80B, "
+                        "deepseek-671B, qwen3-235B, qwen3-next-80B or a preset (llama3_70B, mixtral_8x7B, ...)")
+    parser.add_argument("--inference_config", "--inference-config", dest="config_file", metavar="JSON",
+                        help="AICB's JSON config of the model (default: AICB's default of its kind)")
+    sim = parser.add_argument_group("simulation (--model topo)")
+    sim.add_argument("--model", choices=("topo",), default="topo", help="topo (the only model of an inference job)")
+    sim.add_argument("-t", "--topology", metavar="FILE", help="SimAI topology file (python -m topo.gen)")
+    sim.add_argument("-g_p_s", "--gpus_per_server", "--gpus-per-server", type=positive_int, metavar="N",
+                     help="GPUs per server of the derived two-tier fabric (without -t)")
+    sim.add_argument("-n_p_s", "--nics_per_server", "--nics-per-server", type=positive_int, metavar="N",
+                     help="NICs per server")
+    sim.add_argument("-nv", "--nvlink_bw", "--nvlink-bw", type=number, metavar="GIBPS", help="NVLink busbw in GiB/s")
+    sim.add_argument("-nic", "--nic_busbw", "--nic-busbw", type=number, metavar="GIBPS", help="busbw of one NIC in GiB/s")
+    sim.add_argument("--nvlink_efficiency", "--nvlink-efficiency", type=fraction, metavar="F",
+                     help="busbw / nominal NVLink rate")
+    sim.add_argument("--nic_efficiency", "--nic-efficiency", type=fraction, metavar="F", help="busbw / nominal NIC rate")
+    sim.add_argument("--latency_scale", "--latency-scale", type=non_negative, metavar="X", default=1.0,
+                     help="multiply every latency term of NCCL's model (default 1)")
+    sim.add_argument("-r", "--result", metavar="PREFIX",
+                     help="result path prefix (ending in '/': a folder; the name is then AICB's name of the job)")
+    sim.add_argument("-r_f", "--result_folder", "--result-folder", metavar="DIR",
+                     help="folder for the result files (default results/ for a prefix without a folder)")
+    sim.add_argument("-q", "--quiet", action="store_true", help="do not print the summary")
+
+
+def job_main(argv: Any, prog: str) -> int:
+    """``python -m simulator --frame Inference -m MODEL --phase decode ...``: one step of the inference job the
+    generators' flags describe (``SimAI_inference_workload_generator``'s, with ``-m`` as ``aicb.py --frame
+    Inference`` takes it), simulated as ``-w`` simulates that job's file, without writing the file."""
+    import sys
+
+    from simulator.report import output_prefix
+    from workload_generator.inference_entry import build_parser, job_from
+
+    parser = build_parser(prog, "Simulate one prefill or decode step of an inference job on a topology (times in "
+                          "milliseconds): python -m simulator --frame Inference -m MODEL --phase decode ...",
+                          positional=False, extra=_job_flags)
+    values = vars(parser.parse_args(list(argv)))
+    given = [flag for dest, flag in GENERATOR_ONLY if values.get(dest) != parser.get_default(dest)]
+    if values.get("compute_source") not in (None, "model"):
+        given.append(f"--compute_source {values['compute_source']}")
+    if given:
+        raise ConfigError(f"{given[0]} writes or times a workload file: generate it with python -m "
+                          "workload_generator.SimAI_inference_workload_generator, then simulate it with python -m "
+                          "simulator --model topo -w FILE (the job's simulation here times with the compute model)")
+    job = job_from(values)
+    options = TopoOptions(gpus_per_server=values["gpus_per_server"], nics_per_server=values["nics_per_server"],
+                          nvlink_bw=values["nvlink_bw"], nic_busbw=values["nic_busbw"],
+                          nvlink_efficiency=values["nvlink_efficiency"], nic_efficiency=values["nic_efficiency"],
+                          latency_scale=values["latency_scale"])
+    if values["topology"] is None and values["gpus_per_server"] is None:
+        raise ConfigError("--frame Inference needs -t/--topology FILE, or -g_p_s/--gpus_per_server (with -n_p_s, -nv, "
+                          "-nic) to derive a two-tier fabric")
+    result = simulate_job(job, values["topology"], options)
+    prefix = output_prefix(values["result"], values["result_folder"], job.file_stem() + ".txt")
+    from utils.io import guard_output
+
+    inputs = {"-t/--topology": values["topology"], "--inference_config": values["config_file"]}
+    for name in ("inference.csv", "inference_layers.csv"):
+        guard_output(prefix + name, inputs, "-r/--result")
+    paths = write_results(result, prefix)
+    for message in result.warnings:
+        print(f"{prog}: warning: {message}", file=sys.stderr)
+    if not values["quiet"]:
+        print(result.summary_text())
+        print(f"wrote {', '.join(paths)}")
+    return 0
 
 
 def simulate_inference(workload: Any, topology: Any = None, options: TopoOptions | None = None) -> InferenceResult:
