@@ -255,3 +255,20 @@ def test_a_stale_cpu_aiob_file_does_not_answer_for_an_inference_gpu(tmp_path, ca
     same = ComputeFile(labels={"device": "NVIDIA H100 80GB HBM3"}, sections={"x": SectionTimes(1.0, 1.0, 1.0)})
     same.write(path)
     assert default_source(job, None, False, None, path) == "file"  # measured on the GPU asked for: reused
+
+
+# ---- item 1: an inference output over its own JSON config ----------------------------------------------------
+
+@pytest.mark.parametrize("entry", ["SimAI_inference_workload_generator", "Vidur_workload_generator"])
+def test_an_inference_output_over_its_model_config_is_refused(tmp_path, entry):
+    """The inference generators wrote ``-o`` without a check: ``-o`` naming the model's JSON config replaced it (exit
+    0), and every later run with that config failed."""
+    config = tmp_path / "model.json"
+    config.write_bytes((ROOT / "scripts" / "inference_configs" / "deepseek_default.json").read_bytes())
+    kept = config.read_bytes()
+    proc = _run("-m", f"workload_generator.{entry}", "DeepSeek-671B", str(config), "--world_size", "8",
+                "--expert_model_parallel_size", "8", "--gpu_type", "H200", "--output", str(config), cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == ""
+    (line,) = proc.stderr.splitlines()
+    assert line == f"{entry}: error: -o/--output {config} is also the model's JSON config: writing it would destroy that input"
+    assert config.read_bytes() == kept and sorted(os.listdir(tmp_path)) == ["model.json"]

@@ -105,7 +105,8 @@ def training_workload_path(job: JobConfig, values: dict[str, Any]) -> tuple[str,
 def input_paths(values: dict[str, Any]) -> dict[str, Any]:
     """The files a job reads, by flag: an output may be none of them (:func:`utils.io.guard_output`)."""
     return {flag: values.get(key) for flag, key in (("--comp_filepath", "comp_filepath"), ("--gpu_spec", "gpu_spec"),
-                                                    ("--workload", "workload"))}
+                                                    ("--workload", "workload"),
+                                                    ("the model's JSON config", "config_file"))}
 
 
 def prepare_output(path: str, values: dict[str, Any], prog: str, given: bool, what: str = "the output file") -> str:

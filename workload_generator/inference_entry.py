@@ -96,9 +96,9 @@ def simai_main(argv: Sequence[str] | None, prog: str) -> int:
     from workload_generator.simai_inference import default_paths, name_job, simai_inference_workload
 
     job, values = parse(argv, prog, "Write the SimAI inference workload (.txt) of a prefill or decode step.")
+    path = _output(values, default_paths(job, values["result_dir"])[0], prog)
     workload, report, memory = generate(job, values)
     simai, _layers, dropped = simai_inference_workload(job, step_items(workload), workload.compute_source != "placeholder")
-    path = values.get("output") or default_paths(job, values["result_dir"])[0]
     name_job(simai, job, path)
     simai.write(path)
     print(describe(job))
@@ -110,14 +110,23 @@ def simai_main(argv: Sequence[str] | None, prog: str) -> int:
     return 0
 
 
+def _output(values: dict[str, Any], default: str, prog: str) -> str:
+    """The file to write (``--output``, else AICB's name ``default``), checked before any work: not the model's JSON
+    config or another input, not a symbolic link (:func:`workload_generator.entry.prepare_output`)."""
+    from workload_generator.entry import prepare_output
+
+    given = bool(values.get("output"))
+    return prepare_output(values["output"] if given else default, values, prog, given)
+
+
 def vidur_main(argv: Sequence[str] | None, prog: str) -> int:
     """``Vidur_workload_generator``: write Vidur's per-layer CSV."""
     from workload_generator.simai_inference import default_paths, simai_records, vidur_rows, write_vidur
 
     job, values = parse(argv, prog, "Write Vidur's per-layer workload (tab-separated CSV) of an inference step.")
+    path = _output(values, default_paths(job, values["result_dir"])[1], prog)
     workload, report, memory = generate(job, values)
     records, layers, _dropped = simai_records(step_items(workload), workload.compute_source != "placeholder")
-    path = values.get("output") or default_paths(job, values["result_dir"])[1]
     rows = vidur_rows(job, records, layers)
     write_vidur(path, rows)
     print(describe(job))
@@ -219,9 +228,12 @@ def log_names(job: Any, values: dict[str, Any]) -> tuple[str, str | None]:
 
 def aicb_workload_only(job: Any, values: dict[str, Any]) -> int:
     """``aicb.py --frame Inference --workload_only``: write the stage's workload CSV (``--pp_rank``)."""
+    from workload_generator.entry import prepare_output
+
     ijob = inference_job_of(job)
-    workload = stage_workload(job, values, ijob.pp_rank, print)
     path = log_names(job, values)[1]
+    prepare_output(path, values, "aicb.py", bool(values.get("output")))  # before any work, as every generator
+    workload = stage_workload(job, values, ijob.pp_rank, print)
     workload.dump(path)
     print(f"Workload file generated: {path} ({len(workload)} items, pipeline rank {ijob.pp_rank})")
     return 0
