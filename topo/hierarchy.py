@@ -396,7 +396,7 @@ def _mirror(value: int, pow2: int) -> int:
 def needs_hierarchy(topology: Any) -> bool:
     """Whether routing a topology needs :class:`ServerHierarchy`: its servers hold PCIe switches and CPU sockets
     (``#server`` lines), or its GPUs' NICs differ in rate (``topo.gen --server_nic_bw``), which the uniform NIC share
-    of :class:`simulator.fabric.TopologyFabric` cannot tell apart."""
+    of :class:`simulator.topo.fabric.TopologyFabric` cannot tell apart."""
     if getattr(topology, "server_roles", ()):
         return True
     rates = topology.nic_bps_per_gpu

@@ -85,7 +85,7 @@ def grad_buckets(params: list[MockedParam], dp: int, bucket_size: int | None, di
 
 
 def forward_key(param: str, num_layers: int) -> str:
-    """The simulator's layer key (:func:`simulator.programs` ``_layer_key``) of the forward items that first use
+    """The simulator's layer key (:func:`simulator.topo.programs` ``_layer_key``) of the forward items that first use
     parameter ``param``: ``layers.N`` for a transformer layer's, ``layers.<num_layers + k>`` for MTP layer ``k``'s
     own (:mod:`mocked_model.mtp`), ``embedding`` and ``output`` for the embedding's and the output layer's and
     final norm's."""

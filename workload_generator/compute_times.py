@@ -266,7 +266,7 @@ def fill_job_times(items: Iterable[WorkItem], job: JobConfig, source: str, value
     compute file, ``file`` reads ``--comp_filepath``, ``model`` estimates for ``--gpu_type`` (each
     distinct operation priced once; ``prices`` keeps the prices across calls, see
     :func:`mocked_model.compute.estimator`; ``engine_host``: GPU times only, the simulator's host model issues
-    the kernels, :mod:`simulator.host_model`)."""
+    the kernels, :mod:`simulator.topo.host_model`)."""
     t = job.training
     source = ALIASES.get(source, source)
     if source in ("aiob", "file") and t.frame == "DeepSpeed":

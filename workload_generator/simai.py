@@ -17,7 +17,7 @@ Reading (:meth:`SimAIWorkload.read`, :meth:`SimAIWorkload.loads`):
   (``workload_generator.simai_tokens.VALID_TOKENS``), exactly N records, integer header values (an
   integer-valued float such as AICB's ``pp_comm 6291456.0`` is accepted), a known policy keyword.
 - ``strict=False``: whatever SimAI accepts: records across any line breaks, any comm token (SimAI
-  matches it by prefix, see ``simulator.simai_model``), header values read with C++ ``stoi``
+  matches it by prefix, see ``simulator.simai.model``), header values read with C++ ``stoi``
   semantics (leading integer), trailing tokens after N records ignored.  What SimAI would silently
   reinterpret is reported in :attr:`SimAIWorkload.warnings`.
 
