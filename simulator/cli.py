@@ -299,12 +299,10 @@ def simulate_args(args: argparse.Namespace) -> tuple[Any, str, Any]:
                 why = "overlap comes from the schedule" if name.endswith("overlap") else "bandwidths come from the fabric"
                 notes.append(f"{flag} is SimAI's knob and is ignored by --model topo ({why})")
         nvlink_bw = args.nvlink_bw
-        if (nvlink_bw is None or nvlink_bw <= 0) and gpu_type is None and args.gpu_type is not None:
-            from mocked_model.compute import gpu_spec, known_gpu
+        if gpu_type is None and args.gpu_type is not None:  # a GPU SimAI's table lacks: NCCL's NVLink rate
+            from simulator.options import derived_fabric_gpu
 
-            if known_gpu(args.gpu_type):  # a GPU SimAI's table lacks (H200, B200, a spec file): NCCL's NVLink rate
-                spec = gpu_spec(args.gpu_type)
-                nvlink_bw = spec.nvlink_gbps * spec.nvlink_efficiency
+            nvlink_bw = derived_fabric_gpu(args.gpu_type, nvlink_bw)[1]
         placement = None
         if getattr(args, "placement", None) is not None:  # issue 30: a rank file (simulator/topo/placement.py)
             if args.topology is None:

@@ -178,3 +178,16 @@ def test_inference_job_refusals_are_one_line(tmp_path, extra, message):
     (line,) = done.stderr.splitlines()
     assert line.startswith("simulator: error: ") and message in line, line
     assert not (tmp_path / "o").exists()
+
+
+def test_a_derived_fabric_takes_the_nvlink_of_a_gpu_simais_table_lacks():
+    # serving, inference files and inference jobs on -g_p_s with --gpu_type H200 used SimAI's A100 default (240 GiB/s):
+    # now NCCL's NVLink rate from the compute model's spec, as the training path does (H200: 450 x 0.824 = 370.8)
+    from simulator.options import derived_fabric_gpu
+
+    assert derived_fabric_gpu("H200", None) == (None, pytest.approx(450 * 0.824))
+    assert derived_fabric_gpu("H200", 100.0) == (None, 100.0)  # -nv wins
+    assert derived_fabric_gpu("h100", None) == ("H100", None)  # SimAI's table: its own default
+    assert derived_fabric_gpu("TPU9", None) == ("TPU9", None)  # kept for the options' one-line error
+    with pytest.raises(ConfigError, match="unknown GPU type 'TPU9'"):
+        TopoOptions(gpu_type="TPU9")

@@ -152,13 +152,13 @@ def split_ratio(text: str, replicas: int) -> int:
 
 def fabric_options(args: argparse.Namespace, gpu: str) -> Any:
     """The options of a derived fabric (``-g_p_s``) or a topology file's defaults."""
-    from simulator.options import GPU_NVLINK_GIBPS, TopoOptions
+    from simulator.options import TopoOptions, derived_fabric_gpu
 
     if args.topology is None and args.gpus_per_server is None:
         raise ConfigError("give -t/--topology FILE, or -g_p_s/--gpus_per_server N to derive a two-tier fabric")
-    simai_gpu = gpu.strip().upper() if gpu.strip().upper() in GPU_NVLINK_GIBPS else None
+    simai_gpu, nvlink_bw = derived_fabric_gpu(gpu, args.nvlink_bw)
     return TopoOptions(gpus_per_server=args.gpus_per_server, nics_per_server=args.nics_per_server,
-                       nvlink_bw=args.nvlink_bw, nic_busbw=args.nic_busbw, gpu_type=simai_gpu)
+                       nvlink_bw=nvlink_bw, nic_busbw=args.nic_busbw, gpu_type=simai_gpu)
 
 
 def speculative_of(args: argparse.Namespace) -> tuple[int, float]:

@@ -532,8 +532,11 @@ def job_main(argv: Any, prog: str) -> int:
                           "workload_generator.SimAI_inference_workload_generator, then simulate it with python -m "
                           "simulator --model topo -w FILE (the job's simulation here times with the compute model)")
     job = job_from(values)
+    from simulator.options import derived_fabric_gpu
+
+    simai_gpu, nvlink_bw = derived_fabric_gpu(job.gpu_type, values["nvlink_bw"])
     options = TopoOptions(gpus_per_server=values["gpus_per_server"], nics_per_server=values["nics_per_server"],
-                          nvlink_bw=values["nvlink_bw"], nic_busbw=values["nic_busbw"],
+                          nvlink_bw=nvlink_bw, nic_busbw=values["nic_busbw"], gpu_type=simai_gpu,
                           nvlink_efficiency=values["nvlink_efficiency"], nic_efficiency=values["nic_efficiency"],
                           latency_scale=values["latency_scale"])
     if values["topology"] is None and values["gpus_per_server"] is None:
@@ -580,15 +583,13 @@ def cli_main(args: Any, prog: str, simai_only: tuple = ()) -> int:
     stray = sorted(d for d in getattr(args, "job_flags", ()) if hasattr(args, d))
     if stray:
         raise ConfigError(f"--{stray[0]} describes a job: give the job's flags without -w, or -w FILE without them")
-    from simulator.options import GPU_NVLINK_GIBPS
+    from simulator.options import derived_fabric_gpu
 
     gpu = args.gpu_type
-    simai_gpu = gpu.strip().upper() if gpu and gpu.strip().upper() in GPU_NVLINK_GIBPS else None
-    if gpu and simai_gpu is None and not _known(gpu):
-        TopoOptions(gpu_type=gpu)   # the options' one-line error for an unknown type
+    simai_gpu, nvlink_bw = derived_fabric_gpu(gpu, args.nvlink_bw)  # an unknown name: the options' one-line error
     options = TopoOptions(
         gpus=args.gpus, gpus_per_server=args.gpus_per_server, nics_per_server=args.nics_per_server,
-        nvlink_bw=args.nvlink_bw, nic_busbw=args.nic_busbw, gpu_type=simai_gpu, nic_type=args.nic_type,
+        nvlink_bw=nvlink_bw, nic_busbw=args.nic_busbw, gpu_type=simai_gpu, nic_type=args.nic_type,
         nvlink_efficiency=args.nvlink_efficiency, nic_efficiency=args.nic_efficiency, latency_scale=args.latency_scale,
         peak_tflops=args.peak_tflops)
     result = simulate_file(args.workload, args.topology, options, gpu, getattr(args, "inference_config", None))
