@@ -245,16 +245,22 @@ CASES += [
             "--overlap_moe_expert_parallel_comm", "--delay_wgrad_compute"),
 ]
 SUITES = {"korthikanti2022": _KORTHIKANTI, "narayanan2021": _NARAYANAN, "h200_mcore": _H200, "moe": _BRIDGE}
-MOE_BAR_PCT = 45.0
-"""The ``moe`` suite's bar: every run within 45% (max |error|), not issue 26's 15%, which the model does not meet.
-With the recipes as published (above) and the host model's cited costs (mocked_model/compute/host.py) the three runs
-are 25-41% too fast; what is missing is evidence, not a constant to fit: a profile of these runs (an Nsight trace of
-one MoE layer on a DGX H100 with Transformer Engine 2.x in FP8 current scaling) giving the CPU time per module and the
-GPU's idle gaps, the FP8 GroupedLinear's per-expert host cost (no published figure: Transformer Engine issues #1499 and
-#2995 name the operations, not their times), HybridEP's kernels and preprocessing on H100 (priced as DeepEP here), and
-Megatron's Python outside the modules (router bookkeeping, aux-loss tracking, the dispatchers' metadata), which this
-model does not count.  The same gap shows on the recipe's BF16 run with graphs and the all-to-all overlap (Megatron-
-Bridge's MoE optimization guide, docs/training/moe-optimization in its repository: 20.147 s per iteration; 14.75 s here)."""
+MOE_BAR_PCT = 35.0
+"""The ``moe`` suite's bar: every run within 35% (max |error|), not issue 26's 15%, which the model does not meet. With
+the recipes as published (above), the host model's cited costs (mocked_model/compute/host.py) and the experts' GEMMs
+and FP8 casts as Transformer Engine runs them (one cuBLAS kernel and, under current scaling, one amax, scale and cast
+per expert: mocked_model/compute/grouped.py, checked against profiling/measurements/h100/grouped_gemms.json) the three
+runs are 25-33% too fast (they were 25-41% with one grouped kernel and one cast per layer); what is missing is
+evidence, not a constant to fit: a profile of these runs (an Nsight trace of one MoE layer on a DGX H100 with
+Transformer Engine 2.x in FP8 current scaling) giving the CPU time per module and the GPU's idle gaps, the
+GroupedLinear's per-expert host cost (no published figure: Transformer Engine issues #1499 and #2995 name the
+operations, not their times; a third-party sweep of Megatron's MoE layer on 8 H100s, marin-community/marin #3666,
+grows by about 0.5 ms per local expert at equal FLOPs, which no cited per-op cost explains), HybridEP's kernels and
+preprocessing at hidden 2048 on H100 (priced as DeepEP here; its H100 figures at hidden 7168, in the README_Hybrid-EP
+page of deepseek-ai/DeepEP's hybrid-ep branch, are faster than DeepEP's), and Megatron's Python outside the modules
+(router bookkeeping, aux-loss tracking, the dispatchers' metadata), which this model does not count. The same gap
+shows on the recipe's BF16 run with graphs and the all-to-all overlap (Megatron-Bridge's MoE optimization guide,
+docs/training/moe-optimization in its repository: 20.147 s per iteration; 15.48 s here)."""
 
 
 def run_case(case: Case, folder: str) -> dict:

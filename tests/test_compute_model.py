@@ -347,7 +347,8 @@ def test_an_fp8_gemm_with_its_casts():
     # byte, the bf16 result 8192 x 4096 x 2: 243,269,632 B) at 4.8e12 x 0.91 B/s = 55.69 us are 0.073 of that: the
     # smooth maximum adds 762.68 us x 0.073^4 / 4 = 5.4 ns; + 5.5 us = 768.19 us.  Its input (the activation's
     # bf16 output, 8192 x 14336) is cast with its transpose: read 2 bytes, write 1 + 1: 470 MB at 0.86 of 4.8 TB/s =
-    # 113.8 us + 3 us.  Current scaling ("tensorwise") reads the input once more for its amax (235 MB: 56.9 us + 3 us).
+    # 113.8 us + 3 us.  Current scaling ("tensorwise") reads the input once more for its amax (235 MB: 56.9 us) in 3
+    # kernels (zero the amax, reduce it, compute the scale: + 3 x 3 us).
     fp8_per_sm = 1978.9e12 * 1485 / 1830 * 0.8137 / 132
     compute = 8 * 2 * 256 * 128 * (14336 + 64) / fp8_per_sm
     memory = 243_269_632 / (4.8e12 * 0.91)
@@ -360,7 +361,7 @@ def test_an_fp8_gemm_with_its_casts():
     assert estimator("H200", "float8")(item) / 1e3 == pytest.approx(gemm_us + cast_us)
     current = WorkItem(CommType.computation, stage="forward.fc2", shapes=((8192, 1, 14336), (14336, 4096)),
                        meta={"op": "gemm", "name": "linear_fc2", "te": True, "fp8_recipe": "tensorwise"})
-    amax_us = 8192 * 14336 * 2 / (4.8e12 * 0.86) * 1e6 + 3
+    amax_us = 8192 * 14336 * 2 / (4.8e12 * 0.86) * 1e6 + 9
     assert estimator("H200", "float8")(current) / 1e3 == pytest.approx(gemm_us + cast_us + amax_us)
     # on Blackwell (no transposes for FP8) the cast writes one copy: read 2, write 1
     b200 = [k for k in item_kernels(item, "float8") if k.gemm is None]

@@ -134,16 +134,17 @@ def test_grouped_gemm_of_uneven_experts_by_hand():
     # cheapest is 64x64 at 0.75 of the main-loop rate: 2 x 64 x 64 x (512 + 64) / (5.674250e12 x 0.75) = 1108.8 ns;
     # the operands and results of the two non-empty experts, (300 x 512 + 512 x 256 + 300 x 256) x 2 + (100 x 512 +
     # 512 x 256 + 100 x 256) x 2 = 1,138,688 B at 3.35e12 x 0.91 B/s = 373.5 ns, are 0.337 of it: the smooth
-    # maximum (c^4 + m^4)^(1/4) adds 1108.8 x 0.337^4 / 4 = 3.6 ns.  The empty expert costs nothing
+    # maximum (c^4 + m^4)^(1/4) adds 1108.8 x 0.337^4 / 4 = 3.6 ns.  Each non-empty expert is its own cuBLAS kernel
+    # (Transformer Engine's multi-stream GroupedLinear) and pays T0: 2 x 5.5 us; the empty expert costs nothing
     group = ((300, 256, 512), (100, 256, 512), (0, 256, 512))
     shape = GemmShape(400, 256, 512)
     per_sm = H100.tensor_flops("bf16") * H100.gemm_efficiency("bf16") / H100.sms
     compute = 2 * 64 * 64 * (512 + 64) / (per_sm * 0.75)
     memory = 1_138_688 / (3.35e12 * 0.91)
     assert (compute * 1e9, memory * 1e9) == pytest.approx((1108.8, 373.5), abs=0.1)
-    expected = GEMM_T0_NS + (compute**4 + memory**4) ** 0.25 * 1e9
-    assert expected - GEMM_T0_NS - compute * 1e9 == pytest.approx(3.55, abs=0.01)
-    assert grouped_gemm_ns(shape, group, H100) == pytest.approx(expected)
+    expected = 2 * GEMM_T0_NS + (compute**4 + memory**4) ** 0.25 * 1e9
+    assert expected - 2 * GEMM_T0_NS - compute * 1e9 == pytest.approx(3.55, abs=0.01)
+    assert grouped_gemm_ns(shape, group, H100) == pytest.approx(expected) == pytest.approx(12112.3, abs=0.1)
 
 
 def test_grouped_gemm_waves_count_the_sum_of_tiles():
@@ -153,20 +154,49 @@ def test_grouped_gemm_waves_count_the_sum_of_tiles():
     # 96376, 96376, 109227: the 128x128 tiles win, 5 waves of 2 x 128 x 128 x (4096 + 64) / (5.674250e12 x 0.95) s
     # = 126.44 us (compute-bound: 84 GFLOP against 10 x (1000 x 4096 + 4096 x 1024 + 1000 x 1024) x 2 = 186,286,080 B
     # of operands and results, 61.11 us at 3.35e12 x 0.91 B/s); at 0.483 of the compute the operands lift it through
-    # the smooth maximum by (1 + 0.483^4)^(1/4) = 1.0134: + 1.69 us
+    # the smooth maximum by (1 + 0.483^4)^(1/4) = 1.0134: + 1.69 us; ten kernels' fixed costs, 10 x 5.5 us: 183.13 us
     group = tuple((1000, 1024, 4096) for _ in range(10))
     per_sm = H100.tensor_flops("bf16") * H100.gemm_efficiency("bf16") / H100.sms
     compute = 5 * 2 * 128 * 128 * (4096 + 64) / (per_sm * 0.95)
     memory = 186_286_080 / (3.35e12 * 0.91)
     assert (compute * 1e6, memory * 1e6) == pytest.approx((126.44, 61.11), abs=0.01)
-    expected = GEMM_T0_NS + (compute**4 + memory**4) ** 0.25 * 1e9
-    assert (expected - GEMM_T0_NS) / 1e3 - compute * 1e6 == pytest.approx(1.69, abs=0.01)
+    expected = 10 * GEMM_T0_NS + (compute**4 + memory**4) ** 0.25 * 1e9
+    assert (expected - 10 * GEMM_T0_NS) / 1e3 - compute * 1e6 == pytest.approx(1.69, abs=0.01)
     assert grouped_gemm_ns(GemmShape(10000, 1024, 4096), group, H100) == pytest.approx(expected)
-    # a loop of the same GEMMs pays each one's waves: 8 x 8 = 64 tiles < 132 SMs, so cuBLAS splits k (the law's
-    # split-k), and ten launches of T0; the grouped launch is not slower
+    assert expected / 1e3 == pytest.approx(183.13, abs=0.01)
+    # the same GEMMs one after another each pay their own waves: 8 x 8 = 64 tiles < 132 SMs, so cuBLAS splits k (the
+    # law's split-k); the streams' packing of the tiles makes the group faster than that
     from mocked_model.compute.kernels import gemm_ns
 
     assert grouped_gemm_ns(GemmShape(10000, 1024, 4096), group, H100) < 10 * gemm_ns(GemmShape(1000, 1024, 4096), H100)
+
+
+def test_grouped_fp8_casts_one_expert_at_a_time_by_hand():
+    # Qwen3-30B-A3B's fc1 forward at EP 16 on H100: 8 local experts of 4096 tokens, input width 2048.  The grouped
+    # GEMM (FP8): 128x256 tiles, 8 x (32 x 6) = 1536 tiles -> ceil(1536 / 132) = 12 waves of 2 x 128 x 256 x (2048 +
+    # 64) / (1978.9e12 x 1485 / 1830 x 0.8137 / 132) s, the smooth maximum with its operands, and 8 kernels' T0:
+    # 174.1 us + 7 x 5.5 us = 212.6 us.  Current scaling quantizes each expert's split by itself (TE split_quantize):
+    # per expert zero-amax, amax and scale (3 kernels) reading the split (32768 x 2048 x 2 = 134,217,728 B at 0.86 of
+    # 3.35 TB/s: 46.59 us) + 24 x 3 us = 118.59 us; then 8 cast-transposes reading 2 and writing 1 + 1 bytes
+    # (268,435,456 B: 93.17 us) + 8 x 3 us = 117.17 us.  Delayed scaling: one fused multi-tensor cast-transpose,
+    # 93.17 + 3 = 96.17 us
+    from mocked_model.compute import precision
+    from mocked_model.compute.moe_ops import grouped_gemm_kernels
+
+    def fc1(recipe):
+        return WorkItem(CommType.computation, stage="forward.MoEExperts.layers.0.mlp.experts.fc1",
+                        shapes=((32768, 2048), (8, 2048, 1536)),
+                        meta={"op": "gemm", "te": True, "fp8_recipe": recipe, "tokens_per_expert": (4096,) * 8})
+
+    p = precision("float8", H100)
+    gemm, amax, cast = grouped_gemm_kernels(fc1("tensorwise"), p)
+    assert gemm.ns(H100) / 1e3 == pytest.approx(212.6, abs=0.1)
+    assert (amax.count, amax.nbytes, cast.count, cast.nbytes) == (24, 134_217_728, 8, 268_435_456)
+    rate = 3.35e12 * 0.86
+    assert amax.ns(H100) / 1e3 == pytest.approx(134_217_728 / rate * 1e6 + 24 * 3) == pytest.approx(118.59, abs=0.01)
+    assert cast.ns(H100) / 1e3 == pytest.approx(268_435_456 / rate * 1e6 + 8 * 3) == pytest.approx(117.17, abs=0.01)
+    gemm, delayed = grouped_gemm_kernels(fc1("delayed"), p)
+    assert (delayed.count, delayed.ns(H100) / 1e3) == (1, pytest.approx(96.17, abs=0.01))
 
 
 def test_grouped_expert_items_carry_per_expert_counts():

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mocked_model.compute.kernel_list import AMAX_KERNELS
 from mocked_model.compute.kernels import HOST_US_PER_LAUNCH
 
 TORCH_OP_US = 13.48
@@ -177,8 +178,10 @@ def _sync(item, setup: HostSetup) -> int:
 
 
 def _quantize_kernels(setup: HostSetup) -> int:
-    """Kernels of one tensor's FP8 quantization: current scaling (``tensorwise``) an amax pass and the cast."""
-    return 2 if setup.fp8_recipe == "tensorwise" else 1
+    """Kernels of one tensor's FP8 quantization: current scaling (``tensorwise``) zeroes the amax, reduces it, turns
+    it into the scale and casts (:data:`mocked_model.compute.kernel_list.AMAX_KERNELS` + 1, Transformer Engine's
+    ``Float8CurrentScalingQuantizer::quantize_impl``); the other recipes one cast."""
+    return AMAX_KERNELS + 1 if setup.fp8_recipe == "tensorwise" else 1
 
 
 def _call_us(item, setup: HostSetup, kernels: int) -> float:

@@ -72,6 +72,38 @@ def mem(name: str, nbytes: float, count: int = 1, kind: str = "stream", host_us:
     return Kernel(name, nbytes=nbytes, count=count, kind=kind, host_us=host_us)
 
 
+FP8_BLOCK = {"mxfp8": 32, "blockwise": 128}
+"""Values per scale of the block-scaled FP8 recipes (MXFP8: 32 with an E8M0 scale byte; DeepSeek's 1x128 with fp32)."""
+AMAX_KERNELS = 3
+"""Kernels of one tensor's current-scaling amax and scale before its cast: ``zero_amax_kernel``, the amax reduction
+and ``compute_scale_from_amax_kernel`` (Transformer Engine ``common/recipe/current_scaling.cu``, launched one after
+the other by ``Float8CurrentScalingQuantizer::quantize_impl`` in ``pytorch/csrc/quantizer.cpp``)."""
+
+
+def fp8_quantize(name: str, n: float, p: Precision, meta: dict, tensors: int = 1) -> list[Kernel]:
+    """Transformer Engine's quantization of ``n`` bf16 values in ``tensors`` tensors to FP8 (``--fp8_recipe``), as its
+    low-precision docs describe: delayed scaling casts in one pass with last step's scale, writing the rowwise copy and
+    (Hopper) the transposed one a backward GEMM needs (``cast_transpose``; several tensors in one fused
+    ``nvte_multi_cast_transpose``); current scaling (``tensorwise``) first reads each tensor for its amax
+    (:data:`AMAX_KERNELS` kernels a tensor) and then casts it, one cast kernel a tensor; MXFP8 (Blackwell) quantizes
+    rows and columns independently, 1x32 blocks with a byte scale, no transpose; blockwise: 1x128 blocks with fp32
+    scales, both directions; the block recipes one kernel a tensor.  Several tensors are the experts' splits of
+    ``GroupedLinear``'s input, which Transformer Engine's ``split_quantize`` quantizes one expert at a time for every
+    recipe but delayed scaling (``multi_tensor_quantize_impl`` in ``pytorch/csrc/extensions/cast.cpp``: "Currently
+    only have fused kernel for FP8 delayed scaling"; ``GroupedLinear`` called ``split_quantize`` through May 2026, and
+    grouped current-scaling kernels came with Transformer Engine PR #3114, 2026-06-23, after the validated runs)."""
+    recipe = meta.get("fp8_recipe", "delayed")
+    copies = 2 if p.fp8_transpose else 1
+    tensors = max(int(tensors), 1)
+    if recipe in FP8_BLOCK:
+        scale = (1 if recipe == "mxfp8" else 4) / FP8_BLOCK[recipe]
+        return [mem(name, n * (p.a + 2 * (1 + scale)), tensors, kind="fp8_cast")]
+    if recipe == "tensorwise":
+        return [mem(f"{name} amax", n * p.a, AMAX_KERNELS * tensors, kind="fp8_cast"),
+                mem(name, n * (p.a + copies), tensors, kind="fp8_cast")]
+    return [mem(name, n * (p.a + copies), kind="fp8_cast")]
+
+
 def elements(item) -> int:
     """Elements of the item's first shape."""
     shapes = item.shapes or ()

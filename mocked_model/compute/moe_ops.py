@@ -19,7 +19,7 @@ none), the router's small kernels at the fp32 softmax's rate.
 
 from __future__ import annotations
 
-from mocked_model.compute.kernel_list import Kernel, Precision, mem, phase
+from mocked_model.compute.kernel_list import Kernel, Precision, fp8_quantize, mem, phase
 from mocked_model.compute.kernels import GemmShape
 
 HOST_SYNC_US = 10.0
@@ -222,8 +222,10 @@ def grouped_gemm_kernels(item, p: Precision) -> list[Kernel] | None:
     forward ``m_e x n x k`` per expert, dgrad ``m_e x k x n`` (the input's gradient), wgrad ``k x n`` over ``m_e``
     tokens; priced by :mod:`mocked_model.compute.grouped` (None when the item carries no per-expert counts: the
     caller's even split applies).  FP8 (TE's ``GroupedLinear``): each expert's rows padded to 16 (``Fp8Padding``,
-    a copy when any count is not a multiple) and quantized in one multi-tensor cast (forward: the permuted tokens;
-    dgrad: the output gradient); weights once per iteration (the optimizer item)."""
+    a copy when any count is not a multiple) and quantized by ``split_quantize`` (forward: the permuted tokens;
+    dgrad: the output gradient): one fused multi-tensor cast under delayed scaling, else one expert at a time
+    (:func:`mocked_model.compute.kernel_list.fp8_quantize`: current scaling's amax, scale and cast per expert);
+    weights once per iteration (the optimizer item)."""
     meta = item.meta or {}
     counts = meta.get("tokens_per_expert")
     shapes = item.shapes or ()
@@ -252,8 +254,7 @@ def grouped_gemm_kernels(item, p: Precision) -> list[Kernel] | None:
         width = k if op == "gemm" else n
         if any(m % 16 for m in counts):
             out.append(mem("fp8 padding of the experts' rows", total * width * p.a * 2, kind="copy"))
-        copies = 2 if p.fp8_transpose else 1
-        out.append(mem("fp8 cast of the grouped input" if op == "gemm" else "fp8 cast of the grouped output gradient",
-                       total * width * (p.a + copies), kind="fp8_cast"))
+        name = "fp8 cast of the grouped input" if op == "gemm" else "fp8 cast of the grouped output gradient"
+        out += fp8_quantize(name, total * width, p, meta, tensors=sum(1 for m in counts if m))
     return out
 

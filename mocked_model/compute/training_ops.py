@@ -35,7 +35,7 @@ from math import ceil, prod
 
 from mocked_model.compute.attention_band import context_parallel_kernels as _context_parallel_kernels
 from mocked_model.compute.attention_band import piece_work
-from mocked_model.compute.kernel_list import Kernel, Precision, elements, mem, phase
+from mocked_model.compute.kernel_list import FP8_BLOCK, Kernel, Precision, elements, fp8_quantize, mem, phase
 from mocked_model.compute.kernels import GemmShape, attention_work
 from mocked_model.compute.moe_ops import (
     dispatch_meta_kernels,
@@ -54,25 +54,6 @@ puts a PyTorch elementwise launch's round trip near 20 us on V100); taken as 10 
 FOREACH_ELEMENTS = 2.07e7
 """Elements one torch ``_foreach_*`` launch covers: torch AdamW's foreach ops launched 135 kernels each over the
 2.80e9 parameters of profiling/measurements/h200 llama3_8b_8l_sdpa (its kernel trace)."""
-FP8_BLOCK = {"mxfp8": 32, "blockwise": 128}
-"""Values per scale of the block-scaled FP8 recipes (MXFP8: 32 with an E8M0 scale byte; DeepSeek's 1x128 with fp32)."""
-
-
-def _fp8_quantize(name: str, n: float, p: Precision, meta: dict) -> list[Kernel]:
-    """Transformer Engine's quantization of ``n`` bf16 values to FP8 (``--fp8_recipe``), as its low-precision docs
-    describe: delayed scaling casts in one pass with last step's scale, writing the rowwise copy and (Hopper) the
-    transposed one a backward GEMM needs (``cast_transpose``); current scaling (``tensorwise``) first reads the
-    tensor for its amax; MXFP8 (Blackwell) quantizes rows and columns independently, 1x32 blocks with a byte scale,
-    no transpose; blockwise: 1x128 blocks with fp32 scales, both directions."""
-    recipe = meta.get("fp8_recipe", "delayed")
-    copies = 2 if p.fp8_transpose else 1
-    if recipe in FP8_BLOCK:
-        scale = (1 if recipe == "mxfp8" else 4) / FP8_BLOCK[recipe]
-        return [mem(name, n * (p.a + 2 * (1 + scale)), kind="fp8_cast")]
-    out = [mem(name, n * (p.a + copies), kind="fp8_cast")]
-    if recipe == "tensorwise":
-        out.insert(0, mem(f"{name} amax", n * p.a, kind="fp8_cast"))
-    return out
 
 
 # ---- GEMMs ------------------------------------------------------------------------------------------
@@ -128,9 +109,9 @@ def _gemm_kernels(item, p: Precision) -> list[Kernel]:
             if meta.get("fp8_recipe", "delayed") not in FP8_BLOCK and p.fp8_transpose:
                 out.append(mem("fp8 transpose of the norm's output", batch * m * k * 2, kind="fp8_cast"))
         else:
-            out += _fp8_quantize("fp8 cast of the input", batch * m * k, p, meta)
+            out += fp8_quantize("fp8 cast of the input", batch * m * k, p, meta)
     elif kind == "fp8" and op == "dgrad":
-        out += _fp8_quantize("fp8 cast of the output gradient", batch * m * k, p, meta)
+        out += fp8_quantize("fp8 cast of the output gradient", batch * m * k, p, meta)
     if meta.get("bias") and not meta.get("te"):
         if op == "gemm":
             out.append(mem("bias add", batch * m * n * 2 * p.a, kind="add"))
@@ -399,7 +380,7 @@ def _optimizer_kernels(item, p: Precision) -> list[Kernel]:
                 mem("adam", owned * 28, kind="adam"),
                 mem("copy main params", owned * (4 + p.a), copies, kind="foreach")]
     if p.kind == "fp8":
-        out += _fp8_quantize("fp8 weight casts", local, p, meta)
+        out += fp8_quantize("fp8 weight casts", local, p, meta)
     out.append(mem("zero grad buffer", local * grad_bytes))
     return out
 
