@@ -733,6 +733,7 @@ def replay_main(job: JobConfig, values: dict[str, Any]) -> int:
         watchdog.watch("finishing", bounded=True)
         dist.barrier()
     except (ReplayFault, RuntimeError, TimeoutError, ConnectionError) as fault:
+        watchdog.end_if_launcher_gone()  # a peer that ended with its launcher closed the connection: say why
         # ReplayFault names the operation; a failure outside one (group setup, the final gather) is
         # named by what the watchdog was told was running
         text = str(fault) if isinstance(fault, ReplayFault) else f"{describe(watchdog.current)} failed: {first_line(fault)}"

@@ -126,6 +126,12 @@ class Watchdog:
         """Whether the launcher this process was started by has died (the process has a new parent)."""
         return self.parent is not None and os.getppid() != self.parent
 
+    def end_if_launcher_gone(self) -> None:
+        """End this rank with the launcher's line when the launcher is gone: an operation that failed because a peer
+        ended for that reason (its connection closed) is named by the cause, as the peer names it."""
+        if self.parent_gone():
+            self._launcher_gone()
+
     def _loop(self) -> None:
         while not self._stop.is_set():
             if self._pipe is not None:

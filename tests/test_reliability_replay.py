@@ -280,4 +280,7 @@ def test_torchrun_killed_with_a_stopped_rank_leaves_no_rank(tmp_path):
             if process_alive(worker):
                 os.kill(worker, signal.SIGKILL)
     errors = (tmp_path / "err.txt").read_text()
-    assert errors.count(f"the launcher (process {launcher.pid}) is gone") == 2, errors[-3000:]
+    # each rank names the cause, also the one whose all-reduce failed first because its peer had ended
+    for rank in range(2):
+        assert f"rank {rank}: the launcher (process {launcher.pid}) is gone" in errors, errors[-3000:]
+    assert "Connection closed" not in errors, errors[-3000:]
