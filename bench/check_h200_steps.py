@@ -1,4 +1,4 @@
-"""Check the compute model's kernels against the H200's kernel traces of three Megatron-core steps.
+"""Check the compute model's kernels against the H200's kernel traces of Megatron-core steps.
 
 profiling/measurements/h200/megatron_core_steps/<case>.kernels.json holds every kernel of one step under
 torch.profiler, grouped by kind (GEMMs, attention, optimizer, other elementwise, norms, ...).  This predicts the same
@@ -70,12 +70,15 @@ def measured(trace: dict) -> Counter:
 def main() -> None:
     for case in CASES:
         path = STEPS / f"{case.name}.kernels.json"
-        if case.suite != "h200_mcore" or not path.exists():
+        if case.suite not in ("h200_mcore", "h200_mcore_moe") or not path.exists():
             continue
         trace = json.loads(path.read_text())
         model, real = predicted(case), measured(trace)
         print(f"{case.name}: step {case.published_s * 1e3:.0f} ms measured, kernels {sum(model.values()):.0f} ms "
               f"predicted (the GPU was busy {trace['gpu_busy_ms']:.0f} ms of its {trace['span_ms']:.0f} ms span)")
+        if "host_gap_ms" in trace:  # timeline_summary.py: the unprofiled step less the profiled kernels' busy time
+            print(f"  {'host gap':<12} {'':>18} measured {trace['host_gap_ms']:8.1f} ms (the GPU idle per step; "
+                  f"{trace['kernel_launch_calls']} kernel launches)")
         for kind in ("gemm", "attention", "elementwise", "norm", "optimizer"):
             if model[kind] or real[kind]:
                 print(f"  {kind:<12} predicted {model[kind]:8.1f} ms   measured {real[kind]:8.1f} ms")

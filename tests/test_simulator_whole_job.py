@@ -145,7 +145,7 @@ def test_validation_suites_meet_their_bars():
     assert done.returncode == 0, done.stderr
     rows = last_json(done.stdout)
     suites = {r["suite"] for r in rows}
-    assert suites == {"korthikanti2022", "narayanan2021", "h200_mcore", "moe"}
+    assert suites == {"korthikanti2022", "narayanan2021", "h200_mcore", "h200_mcore_moe", "moe"}
     # issue 26's MoE runs (Megatron-Bridge on DGX H100): their 15% bar is not met; the suite's own bar
     # (simulator.validation.MOE_BAR_PCT, 35%, and why) holds, and the model is too fast on every run
     from simulator.validation import MOE_BAR_PCT
@@ -156,10 +156,15 @@ def test_validation_suites_meet_their_bars():
         errors = [abs(r["error_pct"]) for r in rows if r["suite"] == suite]
         assert len(errors) == {"korthikanti2022": 8, "narayanan2021": 10}[suite]
         assert sum(errors) / len(errors) <= mean and max(errors) <= worst, (suite, errors)
-    # the H200 Megatron-core steps: the flash-attention step within 10%, the local path's within 25%
+    # the H200 Megatron-core steps: the flash-attention steps within 10%, the local path's within 25%
     h200 = {r["case"]: r["error_pct"] for r in rows if r["suite"] == "h200_mcore"}
-    assert len(h200) == 7 and abs(h200.pop("llama3_8b_8l_sdpa")) <= 10.0
+    assert len(h200) == 8 and abs(h200.pop("llama3_8b_8l_sdpa")) <= 10.0
+    assert abs(h200.pop("qwen3_30b_dense_4l")) <= 10.0
     assert all(abs(e) <= 25.0 for e in h200.values()), h200
+    # its MoE twin is reported without a bar: host-bound (profiling/measurements/h200/megatron_core_steps/
+    # qwen3_30b_moe_4l.kernels.json), so the model, which prices its kernels, is too fast
+    (moe_h200,) = [r for r in rows if r["suite"] == "h200_mcore_moe"]
+    assert moe_h200["case"] == "qwen3_30b_moe_4l" and moe_h200["error_pct"] < 0
     for r in rows:
         assert r["error_pct"] == pytest.approx((r["simulated_s"] / r["published_s"] - 1) * 100)
         assert 0 < r["mfu"] < 1
