@@ -30,19 +30,17 @@ def derived_fabric_gpu(gpu_type: str | None, nvlink_bw: float | None) -> tuple[s
     """``(gpu_type, nvlink_bw)`` for the options of a derived fabric given ``--gpu_type`` and ``-nv``: a type of
     SimAI's table (:data:`GPU_NVLINK_GIBPS`) is its own; a type only the compute model knows (H200, B200, a spec
     file's) leaves the options' type unset and, without ``-nv``, sets NCCL's NVLink busbw from its spec (its nominal
-    rate times its NVLink efficiency), not SimAI's A100 default; any other name is kept for the options' one-line
-    error."""
+    rate times its NVLink efficiency), not SimAI's A100 default; any other name is the GPU table's one-line error
+    (it lists every type, SimAI's and the compute model's)."""
     if gpu_type is None:
         return None, nvlink_bw
     name = gpu_type.strip().upper()
     if name in GPU_NVLINK_GIBPS:
         return name, nvlink_bw
-    from mocked_model.compute import gpu_spec, known_gpu
+    from mocked_model.compute import gpu_spec
 
-    if not known_gpu(gpu_type):
-        return gpu_type, nvlink_bw
+    spec = gpu_spec(gpu_type)  # an unknown name: ConfigError naming the known ones
     if nvlink_bw is None or nvlink_bw <= 0:
-        spec = gpu_spec(gpu_type)
         nvlink_bw = spec.nvlink_gbps * spec.nvlink_efficiency
     return None, nvlink_bw
 

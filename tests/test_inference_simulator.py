@@ -188,6 +188,5 @@ def test_a_derived_fabric_takes_the_nvlink_of_a_gpu_simais_table_lacks():
     assert derived_fabric_gpu("H200", None) == (None, pytest.approx(450 * 0.824))
     assert derived_fabric_gpu("H200", 100.0) == (None, 100.0)  # -nv wins
     assert derived_fabric_gpu("h100", None) == ("H100", None)  # SimAI's table: its own default
-    assert derived_fabric_gpu("TPU9", None) == ("TPU9", None)  # kept for the options' one-line error
-    with pytest.raises(ConfigError, match="unknown GPU type 'TPU9'"):
-        TopoOptions(gpu_type="TPU9")
+    with pytest.raises(ConfigError, match=r"--gpu_type 'TPU9' is not in the GPU table \(known: A100, .*H200, B200"):
+        derived_fabric_gpu("TPU9", None)  # every known type named, not only SimAI's five
