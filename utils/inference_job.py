@@ -148,8 +148,8 @@ class InferenceJob:
             raise ConfigError(f"--kv_dtype {self.kv_dtype!r} is not one of bfloat16, float16, float8")
         if self.routing not in ROUTINGS:
             raise ConfigError(f"--moe_routing_strategy {self.routing!r} is not one of {', '.join(ROUTINGS)}")
-        if not self.routing_skew >= 0:
-            raise ConfigError(f"--moe_routing_skew must be >= 0, got {self.routing_skew!r}")
+        if not 0 <= self.routing_skew <= 8:  # as training's (utils/config.py): past ~1074, (e + 1)^-s underflows to 0
+            raise ConfigError(f"--moe_routing_skew must be between 0 (balanced) and 8, got {self.routing_skew!r}")
 
     # ---- derived sizes -------------------------------------------------------------------------
 

@@ -25,6 +25,9 @@ from utils.workload import Workload
 from workload_generator.compute_times import FillReport, print_report
 from workload_generator.limits import check_inference
 
+MAX_AIOB_LOOPS = 1000
+"""``--aiob_forward_loops`` at most: AICB's scripts time 10 passes, and a larger count only lengthens the run."""
+
 
 def build_parser(prog: str, description: str, positional: bool = True,
                  extra: Callable[[argparse.ArgumentParser], None] | None = None) -> CliParser:
@@ -69,6 +72,12 @@ def generate(job: InferenceJob, values: dict[str, Any],
     from workload_generator.inference import default_aiob_path, default_source, timed_step
 
     check_inference(job, values)
+    loops = values.get("aiob_forward_loops", 1)
+    if loops > MAX_AIOB_LOOPS:
+        from utils.errors import ConfigError
+
+        raise ConfigError(f"--aiob_forward_loops {loops:,}: more than the {MAX_AIOB_LOOPS:,} timed passes per operation "
+                          "taken (AICB's scripts time 10; each pass runs every operation of the layer once more)")
     memory = check_fits(job)
     aiob_path = default_aiob_path(job)
     source = default_source(job, values.get("compute_source"), values.get("aiob_enable", False),

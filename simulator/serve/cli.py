@@ -93,6 +93,12 @@ def add_deployment_flags(p: argparse.ArgumentParser, search: bool = False) -> No
     p.add_argument("--slo_ttft", "--slo-ttft", type=positive_number, metavar="S", help="TTFT objective (s)")
     p.add_argument("--slo_tpot", "--slo-tpot", type=positive_number, metavar="S", help="TPOT objective (s)")
     p.add_argument("--slo_e2e", "--slo-e2e", type=positive_number, metavar="S", help="end-to-end objective (s)")
+    from simulator.serve.requests import MAX_ITEMS
+
+    p.add_argument("--max_items", "--max-items", type=positive_int, metavar="N",
+                   help=f"refuse a run of more than N requests + schedulers + replica steps (default {MAX_ITEMS:,}: "
+                        "about 2 GB and half a minute), before it starts when its size is known, else when it passes N"
+                        + ("; each run of a layout" if search else ""))
     p.add_argument("-q", "--quiet", action="store_true", help="no summary, no progress bar")
 
 
@@ -220,6 +226,13 @@ def scheduler_config(args: argparse.Namespace, workload: Any, gpu: str) -> Any:
     if getattr(args, "scheduler", "vllm") == "sarathi" and chunk < max_batch:
         raise ConfigError(f"--chunk_tokens {chunk} is below --max_batch {max_batch}: every running request's decode "
                           "must fit a step's budget (vLLM refuses max_num_batched_tokens < max_num_seqs)")
+    k = int(getattr(args, "speculative_tokens", 0) or 0)
+    sarathi = getattr(args, "scheduler", "vllm") == "sarathi"
+    budget = chunk if sarathi else max_batched
+    if k + 1 > budget:
+        raise ConfigError(f"--speculative_tokens {k}: each decode verifies 1 + {k} tokens, more than a step's budget "
+                          f"of {budget} ({'--chunk_tokens' if sarathi else '--max_batched_tokens'}; vLLM counts the "
+                          "draft tokens against max_num_batched_tokens)")
     if not 0 <= args.watermark < 1:
         raise ConfigError(f"--watermark must be in [0, 1), got {args.watermark}")
     swap = (args.swap_gbps or HOST_LINK_GBPS.get(gpu.upper(), 64.0)) * 1e9
@@ -235,7 +248,7 @@ def workload_of(args: argparse.Namespace, qps: float | None = None) -> Any:
                          qps=qps if qps is not None else getattr(args, "qps", None),
                          concurrency=getattr(args, "concurrency", None), trace=getattr(args, "trace", None),
                          burstiness=args.burstiness, dataset=args.dataset, prompt_tokens=args.prompt_tokens,
-                         output_tokens=args.output_tokens)
+                         output_tokens=args.output_tokens, max_items=getattr(args, "max_items", None))
 
 
 def slo_of(args: argparse.Namespace) -> Any:
@@ -278,7 +291,8 @@ def run(args: argparse.Namespace, workload: Any, cost: Any, deployment: Any, qui
 
     bar = progress(total=len(workload), desc="requests", unit="req") if not quiet else None
     try:
-        result = simulate(workload, cost, deployment, on_progress=bar.update if bar is not None else None)
+        result = simulate(workload, cost, deployment, on_progress=bar.update if bar is not None else None,
+                          max_items=getattr(args, "max_items", None))
     finally:
         if bar is not None:
             bar.close()
@@ -313,6 +327,10 @@ def simulate_args(args: argparse.Namespace, quiet: bool = True) -> tuple[Any, An
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    if args.output is not None:  # before the run: an input in the folder, a link or a file where the folder goes
+        from simulator.serve.outputs import check_output_folder
+
+        check_output_folder(args.output, input_paths(args))
     result, table, summary, config = simulate_args(args, quiet=args.quiet or args.json)
     paths: list[str] = []
     if args.output:
@@ -329,6 +347,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if paths:
             print(f"wrote {', '.join(paths)}")
     return 0
+
+
+def input_paths(args: argparse.Namespace) -> dict[str, str | None]:
+    """The files the command reads, by flag: no output may be one of them."""
+    return {"--trace": getattr(args, "trace", None), "--step_cost": args.step_cost, "-t/--topology": args.topology}
 
 
 def deployment_of(args: argparse.Namespace, config: Any, prefill: int, layout: dict[str, int]) -> Any:

@@ -21,14 +21,15 @@ each with ``1/pp`` of the KV cache; the router spreads requests over all of them
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from simulator.serve.replica import Replica, Request, SchedulerConfig
-from simulator.serve.requests import Workload
+from simulator.serve.replica import Replica, Request, SchedulerConfig, blocks
+from simulator.serve.requests import MAX_SPAN_S, Workload, limit_of
 from simulator.serve.schedulers import SCHEDULERS
 from simulator.serve.step import batch_step_class
 from utils.errors import ConfigError
@@ -99,8 +100,10 @@ class Router:
 def check_fits(workload: Workload, replicas: list[Replica], deployment: Deployment) -> None:
     """Refuse a workload a replica could never serve (vLLM refuses to start when ``max_model_len`` exceeds the KV
     cache, and refuses a prompt longer than the token budget without chunked prefill)."""
-    longest = int(np.max(workload.prompt + workload.output)) if len(workload) else 0
-    longest_at = int(np.argmax(workload.prompt + workload.output)) if len(workload) else 0
+    if not len(workload):
+        return
+    longest = int(np.max(workload.prompt + workload.output))
+    longest_at = int(np.argmax(workload.prompt + workload.output))
     for replica in replicas:
         capacity = replica.total_blocks * 16
         whole_length = not replica.paged and getattr(replica, "reserves_max_model_len", True)
@@ -110,6 +113,26 @@ def check_fits(workload: Workload, replicas: list[Replica], deployment: Deployme
             raise ConfigError(f"request {longest_at} needs {longest} tokens of KV cache ({what}: {need}), more than a "
                               f"replica holds ({capacity} tokens = {replica.total_blocks} blocks of 16): give more GPUs "
                               "per replica (--tensor_model_parallel_size), a smaller --kv_dtype or shorter requests")
+        if not replica.paged:
+            continue
+        step_tokens = math.ceil(replica.tau)  # the most tokens one decode step writes per sequence (speculative)
+        if step_tokens > 1 and longest - 2 + step_tokens > capacity:
+            raise ConfigError(f"request {longest_at} needs up to {longest - 2 + step_tokens} tokens of KV cache (its "
+                              f"{longest} tokens and the {step_tokens} a speculative decode step writes), more than a "
+                              f"replica holds ({capacity} tokens = {replica.total_blocks} blocks of 16): lower "
+                              "--speculative_tokens or --acceptance_rate, or give the replica more KV cache")
+        if replica.role != "decode":
+            # vLLM admits a waiting request (its prompt, Sarathi its first chunk) only while the free blocks stay
+            # above the watermark: a prompt larger than the rest would wait forever (vLLM ignores it as too long)
+            first = workload.prompt if deployment.scheduler != "sarathi" else np.minimum(
+                workload.prompt, deployment.config.chunk_tokens)
+            usable = replica.total_blocks - replica.watermark
+            at = int(np.argmax(first))
+            if blocks(int(first[at])) > usable:
+                raise ConfigError(f"request {at}'s prompt needs {blocks(int(first[at]))} KV blocks of 16 tokens to be "
+                                  f"admitted, more than the {usable} of a replica's {replica.total_blocks} above the "
+                                  f"--watermark {deployment.config.watermark:g} ({replica.watermark} blocks): lower "
+                                  "--watermark, give the replica more KV cache or shorten the prompt")
     if deployment.scheduler in ("vllm", "trtllm") and replicas[0].role != "decode":
         long_prompt = int(np.max(workload.prompt))
         if long_prompt > deployment.config.max_batched_tokens:
@@ -117,6 +140,30 @@ def check_fits(workload: Workload, replicas: list[Replica], deployment: Deployme
             raise ConfigError(f"a prompt of {long_prompt} tokens exceeds --max_batched_tokens "
                               f"{deployment.config.max_batched_tokens}: {who} refuses it without chunked prefill "
                               "(--scheduler sarathi, or a larger --max_batched_tokens)")
+
+
+def _too_big(what: str, limit: int) -> ConfigError:
+    return ConfigError(f"{what}, above the limit of {limit:,} requests + schedulers + replica steps a run may take "
+                       "(--max_items): lower --num_requests, the replicas (--replicas; serve-search: --gpus) or "
+                       "--output_tokens, or raise --max_items if the machine has the time and memory for it")
+
+
+def check_size(workload: Workload, cost: Any, deployment: Deployment, limit: int) -> int:
+    """Refuse a run whose requests, schedulers and fewest possible replica steps (its longest answer's decode steps,
+    and every answer's tokens over the schedulers' batches) already exceed ``limit``, before any replica is built;
+    returns the steps the run may take."""
+    n = len(workload)
+    schedulers = deployment.replicas * deployment.engines
+    tau = float(getattr(cost, "tokens_per_decode_step", 1.0) or 1.0)
+    tau = tau if 1.0 <= tau < float("inf") else 1.0
+    longest = int(np.max(workload.output)) if n else 0
+    total = float(np.sum(workload.output, dtype=np.float64)) if n else 0.0
+    steps = max(math.ceil(longest / tau), math.ceil(total / (tau * schedulers * deployment.config.max_batch)))
+    items = n + schedulers + steps
+    if items > limit:
+        raise _too_big(f"the run would take at least {items:,} items ({n:,} requests, {schedulers:,} scheduler(s) and "
+                       f"at least {steps:,} replica steps)", limit)
+    return limit - n - schedulers
 
 
 class _Share:
@@ -153,9 +200,14 @@ def _transfer(cost: Any) -> Callable[[int, int, int], float]:
 
 
 def simulate(workload: Workload, cost: Any, deployment: Deployment, decode_cost: Any = None,
-             on_progress: Callable[[int], None] | None = None) -> RunResult:
+             on_progress: Callable[[int], None] | None = None, max_items: int | None = None) -> RunResult:
     """Serve ``workload`` on ``deployment``'s replicas, each priced by ``cost`` (the decode pool's by
-    ``decode_cost`` when given); returns every request with its times and every replica's step log."""
+    ``decode_cost`` when given); returns every request with its times and every replica's step log.  A run
+    larger than ``max_items`` (:data:`simulator.serve.requests.MAX_ITEMS`) requests + schedulers + steps is
+    refused (:func:`check_size`) or stopped when its steps pass it, with a :class:`~utils.errors.ConfigError`."""
+    limit = limit_of(max_items)
+    step_budget = check_size(workload, cost, deployment, limit)
+    steps = 0
     step_class = batch_step_class()
     kind = SCHEDULERS[deployment.scheduler]
     engines = deployment.engines
@@ -218,7 +270,12 @@ def simulate(workload: Workload, cost: Any, deployment: Deployment, decode_cost:
                     req.prefill_replica = replica.index
                     req.replica = target.index
                     start = max(now, replica.link_free)
-                    end = start + transfer(req.target, replica.physical, target.physical)
+                    moved = transfer(req.target, replica.physical, target.physical)
+                    if not 0 <= moved <= MAX_SPAN_S:  # as a step (replica.py): a plausible transfer takes seconds
+                        raise ConfigError(f"moving request {req.rid}'s KV ({req.target:,} tokens) from replica "
+                                          f"{replica.index} to {target.index} would take {moved:.3g} s: check the KV "
+                                          "transfer costs (--step_cost's transfer_s, transfer_token_s)")
+                    end = start + moved
                     replica.link_free = end
                     push(heap, (end, _KV_READY, seq, req))
                     seq += 1
@@ -250,6 +307,11 @@ def simulate(workload: Workload, cost: Any, deployment: Deployment, decode_cost:
                 if duration is not None:
                     push(heap, (now + duration, _STEP_END, seq, replica))
                     seq += 1
+                    steps += 1
+                    if steps > step_budget:
+                        raise _too_big(f"the run passed {limit:,} items ({n:,} requests, {len(replicas):,} "
+                                       f"scheduler(s) and {steps:,} replica steps, {completed:,} requests done at {now:.6g} s "
+                                       "simulated)", limit)
         dirty.clear()
     stuck = [r for r in requests if r.finish < 0]
     if stuck:  # a bug, not a user error: every request fits a replica (check_fits)

@@ -257,11 +257,35 @@ def report_html(summary: dict[str, Any], config: dict[str, Any], table: RequestT
             "unless marked; simulated time.</footer>\n</body></html>\n")
 
 
+OUTPUT_NAMES = ("requests.csv", "steps.csv", "summary.json", "trace.json", "report.html")
+"""The files ``-o DIR`` holds after a run."""
+
+
+def check_output_folder(folder: str, inputs: dict[str, Any], flag: str = "-o/--output") -> list[str]:
+    """Check ``-o DIR`` before the run (one line naming the flag, :class:`utils.io.OutputError`): ``DIR`` (or a
+    folder above it) is not a file and no name in it is longer than a file system takes, and none of its files
+    is one of ``inputs`` (a trace or a step-cost file there would be replaced), a symbolic link or a folder
+    (:func:`utils.io.guard_output`, which also removes what a killed run left).  Returns the files' paths."""
+    from utils.io import NAME_MAX, OutputError, guard_output
+
+    if not folder:
+        raise OutputError(f"{flag}: empty path (give a folder)")
+    for part in os.path.normpath(folder).split(os.sep):
+        if len(os.fsencode(part)) > NAME_MAX:
+            raise OutputError(f"{flag} {folder}: a name of {len(os.fsencode(part))} bytes, more than the {NAME_MAX} a "
+                              "file system allows")
+    probe = os.path.abspath(folder)
+    while not os.path.exists(probe) and os.path.dirname(probe) != probe:
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        raise OutputError(f"{flag} {folder}: {probe} is a file, not a folder (the run writes "
+                          f"{', '.join(OUTPUT_NAMES)} into a folder)")
+    return [guard_output(os.path.join(folder, name), inputs, flag) for name in OUTPUT_NAMES]
+
+
 def output_files(folder: str, summary: dict[str, Any], config: dict[str, Any], table: RequestTable,
                  replicas: list[Any], command: str) -> dict[str, Any]:
-    """Every file of ``-o DIR``: name -> contents."""
-    return {os.path.join(folder, "requests.csv"): requests_csv(table),
-            os.path.join(folder, "steps.csv"): steps_csv(replicas),
-            os.path.join(folder, "summary.json"): summary_json(summary, config),
-            os.path.join(folder, "trace.json"): trace_chunks(table, replicas),
-            os.path.join(folder, "report.html"): report_html(summary, config, table, replicas, command)}
+    """Every file of ``-o DIR`` (:data:`OUTPUT_NAMES`): name -> contents."""
+    requests, steps, summary_name, trace, report = (os.path.join(folder, name) for name in OUTPUT_NAMES)
+    return {requests: requests_csv(table), steps: steps_csv(replicas), summary_name: summary_json(summary, config),
+            trace: trace_chunks(table, replicas), report: report_html(summary, config, table, replicas, command)}

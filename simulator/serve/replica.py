@@ -37,7 +37,9 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from simulator.serve.requests import MAX_SPAN_S
 from simulator.serve.step import BLOCK_TOKENS
+from utils.errors import ConfigError
 
 
 def blocks(tokens: int) -> int:
@@ -322,6 +324,11 @@ class Replica:
             duration += swap_tokens * self.cost.kv_bytes_per_token / self.config.swap_bytes_per_s
         if not duration >= 0:
             raise ValueError(f"the step cost model returned {duration!r} s for {step}")
+        if duration > MAX_SPAN_S:  # a plausible step takes seconds: this one would swallow the run's clock
+            raise ConfigError(f"a step of replica {self.index} at {now:.6g} s would take {duration:.3g} s"
+                              + (f" ({swap_tokens:,} tokens swapped at --swap_gbps "
+                                 f"{self.config.swap_bytes_per_s / 1e9:g})" if swap_tokens else "")
+                              + f", more than {MAX_SPAN_S:.0e} s: check --swap_gbps and the step costs")
         self.log_start.append(now)
         self.log_dur.append(duration)
         self.log_prefill.append(step.prefill_tokens)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from utils.cli_types import INT64_MAX
 from utils.errors import ConfigError, FormatError
 
 DEFAULT_PROMPT_TOKENS = 1024
@@ -32,6 +33,14 @@ DEFAULT_OUTPUT_TOKENS = 128
 """vLLM's ``benchmark_serving.py --dataset-name random`` defaults (``--random-input-len``, ``--random-output-len``)."""
 DEFAULT_NUM_REQUESTS = 1000
 """vLLM's ``benchmark_serving.py --num-prompts`` default."""
+MAX_ITEMS = 2_000_000
+"""Requests + schedulers + replica steps one run may take unless ``--max_items`` says otherwise (as the workload
+generators' ``--max_items``): a request holds about 1 KB and takes about 12 us, a step about 0.1 KB and 3 us (2-core
+machine), so a run at the limit takes about 2 GB and half a minute; ``--num_requests 1e8`` or an answer of 10^8
+tokens is refused before it starts, a run whose steps pass the limit stops there with one line."""
+MAX_SPAN_S = 1e9
+"""The longest time a run's arrivals may span (about 32 years): the engine's clock is a float of seconds, which
+beyond this no longer resolves a tenth of a microsecond, so a step's duration would be lost in its rounding."""
 
 _Q = (0, 1, 5, 10, 15, 20, 25, 30, 35, 40, 45, 50, 55, 60, 65, 70, 75, 80, 85, 90, 95, 99, 100)
 """Percentiles of the empirical presets' tables."""
@@ -196,16 +205,47 @@ _TRACE_COLUMNS = {"arrival_s": ("arrival_s", "arrived_at"), "prompt_tokens": ("p
                   "output_tokens": ("output_tokens", "num_decode_tokens")}
 
 
-def read_trace(path: str | os.PathLike) -> Workload:
+def limit_of(max_items: int | None) -> int:
+    """``--max_items`` or :data:`MAX_ITEMS`."""
+    return int(max_items) if max_items else MAX_ITEMS
+
+
+def refuse_device(path: str, expected: str) -> None:
+    """A :class:`FormatError` for a device given as an input file (``/dev/zero`` has no line end: reading its
+    first line would fill the memory); a missing file is left to the reader, which says why."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        raise FormatError(path, f"a device, not a file (expected {expected})")
+
+
+def check_requests(num_requests: int, max_items: int | None = None) -> None:
+    """Refuse more requests than a run may take (``--max_items``, :data:`MAX_ITEMS`) before
+    any of them is drawn: ``--num_requests 1e12`` would otherwise allocate terabytes."""
+    limit = limit_of(max_items)
+    if num_requests > limit:
+        raise ConfigError(f"--num_requests {num_requests:,} is above the limit of {limit:,} requests + schedulers + "
+                          "replica steps a run may take (--max_items): lower --num_requests, or raise --max_items if "
+                          "the machine has the time and memory for it")
+
+
+def read_trace(path: str | os.PathLike, max_items: int | None = None) -> Workload:
     """A trace CSV: a header naming ``arrival_s``, ``prompt_tokens`` and ``output_tokens`` (or Vidur's
     ``arrived_at``, ``num_prefill_tokens``, ``num_decode_tokens``) in any order, then one request per line.
 
     A bad cell (not a number, a negative time, a prompt or output of fewer than 1 token) is a
     :class:`~utils.errors.FormatError` naming the file, line and column; arrivals out of order are sorted, with a
-    warning saying how many were."""
+    warning saying how many were.  A trace of more requests than a run may take (``max_items``) is refused when
+    its reading passes that many."""
     from utils.io import read_lines
 
+    limit = limit_of(max_items)
     path = os.fspath(path)
+    refuse_device(path, "a trace CSV")
     rows: list[tuple[float, int, int]] = []
     columns: dict[str, int] | None = None
     for number, line in enumerate(read_lines(path, "a trace CSV (arrival_s,prompt_tokens,output_tokens)"), start=1):
@@ -218,6 +258,10 @@ def read_trace(path: str | os.PathLike) -> Workload:
         if max(columns.values()) >= len(cells):
             raise FormatError(path, f"expected at least {max(columns.values()) + 1} columns, got {len(cells)}", number)
         rows.append(_row(path, number, cells, columns))
+        if len(rows) > limit:
+            raise FormatError(path, f"more than {limit:,} requests, the most a run may take (--max_items): serve a "
+                                    "part of the trace, or raise --max_items if the machine has the time and memory "
+                                    "for it", number)
     if columns is None:
         raise FormatError(path, "empty trace: expected a header arrival_s,prompt_tokens,output_tokens and requests")
     if not rows:
@@ -237,7 +281,7 @@ def read_trace(path: str | os.PathLike) -> Workload:
 
 
 def _header(path: str, number: int, cells: list[str]) -> dict[str, int]:
-    names = [c.lower() for c in cells]
+    names = [c.lower().lstrip("\ufeff") for c in cells]  # a byte-order mark (Excel's UTF-8 CSV) is no part of a name
     out: dict[str, int] = {}
     for key, spellings in _TRACE_COLUMNS.items():
         for spelling in spellings:
@@ -270,14 +314,27 @@ def _row(path: str, number: int, cells: list[str], columns: dict[str, int]) -> t
             if value < 1:
                 raise FormatError(path, f"{'prompt' if key == 'prompt_tokens' else 'output'} of {text} tokens "
                                         "(at least 1 expected)", number, column)
+            if value > INT64_MAX:
+                raise FormatError(path, f"{text} tokens is beyond the largest integer taken ({INT64_MAX})", number,
+                                  column)
         values.append(value)
     return values[0], int(values[1]), int(values[2])
 
 
+def _check_span(times: np.ndarray, what: str) -> None:
+    """Refuse arrivals spread over more than :data:`MAX_SPAN_S` (a step would vanish in the clock's rounding)."""
+    span = float(times[-1] - times[0]) if len(times) else 0.0
+    if not span <= MAX_SPAN_S:
+        raise ConfigError(f"{what} span {span:.3g} s, more than the {MAX_SPAN_S:.0e} s (about 32 years) a run's clock "
+                          "resolves to a tenth of a microsecond: give arrivals closer together")
+
+
 def make_workload(num_requests: int, seed: int, qps: float | None = None, concurrency: int | None = None,
                   trace: str | None = None, burstiness: float = 1.0, dataset: str | None = None,
-                  prompt_tokens: int | None = None, output_tokens: int | None = None) -> Workload:
-    """The workload the flags describe (one of ``qps``, ``concurrency``, ``trace``)."""
+                  prompt_tokens: int | None = None, output_tokens: int | None = None,
+                  max_items: int | None = None) -> Workload:
+    """The workload the flags describe (one of ``qps``, ``concurrency``, ``trace``); more requests than
+    ``max_items`` are refused before any is made (:func:`check_requests`)."""
     given = [name for name, value in (("--qps", qps), ("--concurrency", concurrency), ("--trace", trace))
              if value is not None]
     if len(given) != 1:
@@ -289,11 +346,13 @@ def make_workload(num_requests: int, seed: int, qps: float | None = None, concur
     if trace is not None:
         if dataset is not None or prompt_tokens is not None or output_tokens is not None:
             raise ConfigError("--trace gives the lengths: --dataset, --prompt_tokens and --output_tokens do not apply")
-        work = read_trace(trace)
+        work = read_trace(trace, max_items)
         if num_requests < len(work):
             work = Workload(work.prompt[:num_requests], work.output[:num_requests], arrival_s=work.arrival_s[:num_requests],
                             description=work.description + f", first {num_requests} requests", warnings=work.warnings)
+        _check_span(work.arrival_s, f"the arrivals of {trace}")
         return work
+    check_requests(num_requests, max_items)
     prompt, output, what = lengths(num_requests, rng, dataset, prompt_tokens, output_tokens)
     if concurrency is not None:
         if concurrency < 1:
@@ -302,6 +361,8 @@ def make_workload(num_requests: int, seed: int, qps: float | None = None, concur
                         description=f"{num_requests} requests from {concurrency} concurrent clients, {what}")
     assert qps is not None
     times = arrivals(num_requests, qps, burstiness, rng)
+    _check_span(times, f"--qps {qps:g}" + (f" --burstiness {burstiness:g}" if burstiness != 1 else "") +
+                f": the {num_requests:,} arrivals")
     kind = "Poisson" if burstiness == 1 else f"gamma (burstiness {burstiness:g})"
     return Workload(prompt, output, arrival_s=times, description=f"{num_requests} requests, {kind} arrivals at {qps:g}/s, "
                                                                  f"{what}")

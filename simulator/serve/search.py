@@ -41,7 +41,7 @@ from simulator.serve.cli import (
     split_ratio,
     with_speculation,
 )
-from utils.cli import CliParser, positive_int, positive_number
+from utils.cli import CliParser, fraction, positive_int, positive_number
 from utils.errors import ConfigError, UserError
 
 PROG = "simulator serve-search"
@@ -90,6 +90,8 @@ def _ints(text: str | None, flag: str, default: Sequence[int]) -> list[int]:
 
 def _words(text: str, flag: str, allowed: Sequence[str]) -> list[str]:
     values = [v.strip() for v in text.split(",") if v.strip()]
+    if not values:
+        raise ConfigError(f"{flag} {text!r}: expected one or more of {', '.join(allowed)}, separated by commas")
     for v in values:
         if v not in allowed:
             raise ConfigError(f"{flag}: {v!r} is not one of {', '.join(allowed)}")
@@ -119,8 +121,8 @@ def build_parser() -> CliParser:
                    help="first rate tried (default 0.25 requests/s)")
     p.add_argument("--max_qps", "--max-qps", type=positive_number, default=1e5, metavar="X",
                    help="stop doubling here (default 100000)")
-    p.add_argument("--precision", type=positive_number, default=0.02, metavar="R",
-                   help="relative width of the final bracket (default 0.02: within 2%%)")
+    p.add_argument("--precision", type=fraction, default=0.02, metavar="R",
+                   help="relative width of the final bracket, in (0, 1] (default 0.02: within 2%%)")
     p.add_argument("-o", "--output", metavar="FILE.csv", required=True, help="the ranked layouts")
     p.add_argument("--html", metavar="FILE.html", help="a self-contained page with the layouts and a plot")
     p.add_argument("--jobs", type=positive_int, metavar="N", help="worker processes (default: every core)")
@@ -137,6 +139,8 @@ def layouts(args: argparse.Namespace) -> list[Layout]:
         raise ConfigError("--gpu_type: give a GPU type or a comma list")
     schedulers = _words(args.scheduler, "--scheduler", ("vllm", "sarathi", "orca", "static", "trtllm"))
     ratios = [r.strip() for r in args.disaggregate.split(",") if r.strip()]
+    if not ratios:
+        raise ConfigError(f"--disaggregate {args.disaggregate!r}: expected P:D ratios or 'none', separated by commas")
     out = []
     for gpu, tp, pp, ep, dp, sched, batch, ratio in itertools.product(
             gpus, _ints(args.tp, "--tp", (1, 2, 4, 8)), _ints(args.pp, "--pp", (1,)), _ints(args.ep, "--ep", (1,)),
@@ -206,7 +210,7 @@ def evaluate(settings: dict[str, Any], layout: Layout) -> dict[str, Any]:
     def measure(qps: float) -> tuple[bool, dict[str, Any]]:
         work = Workload(prompt, output, arrival_s=unit / qps if qps != float("inf") else np.zeros_like(unit))
         try:
-            result = simulate(work, cost, deployment)
+            result = simulate(work, cost, deployment, max_items=settings.get("max_items"))
         except UserError as exc:
             raise _Skip(str(exc)) from None
         row["runs"] += 1
@@ -238,6 +242,8 @@ def evaluate(settings: dict[str, Any], layout: Layout) -> dict[str, Any]:
         lo, hi = settings["min_qps"], min(row["saturation_qps"], settings["max_qps"])
         while hi - lo > settings["precision"] * lo:
             rate = (lo + hi) / 2
+            if not lo < rate < hi:  # the bracket is as narrow as floats go
+                break
             ok, at = measure(rate)
             if ok:
                 lo, best = rate, at
@@ -371,19 +377,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise ConfigError("give -t/--topology FILE, or -g_p_s/--gpus_per_server N to derive a two-tier fabric")
     if args.warmup_requests >= (args.num_requests or 1000):
         raise ConfigError(f"--warmup_requests {args.warmup_requests} leaves no request to measure")
-    from simulator.serve.requests import DEFAULT_NUM_REQUESTS, lengths
+    if args.max_qps < args.min_qps:
+        raise ConfigError(f"--max_qps {args.max_qps:g} is below --min_qps {args.min_qps:g}")
+    from simulator.serve.requests import DEFAULT_NUM_REQUESTS, check_requests, lengths
 
     args.num_requests = args.num_requests or DEFAULT_NUM_REQUESTS
+    check_requests(args.num_requests, args.max_items)
+    _guard_outputs(args)
     lengths(1, np.random.default_rng(0), args.dataset, args.prompt_tokens, args.output_tokens)  # the flags' check
     settings = {k: v for k, v in vars(args).items() if k not in ("tp", "pp", "ep", "dp_attention", "scheduler",
                                                                  "max_batch", "chunk_tokens", "disaggregate",
                                                                  "output", "html", "jobs", "ray", "gpus")}
     found = layouts(args)
+    from simulator.search.pool import worker_count
     from utils.progress import progress
+
+    # as the training search: no more worker processes than CPUs (--jobs 1e12 started one per layout)
+    jobs = worker_count(args.jobs, lambda text: print(f"{PROG}: {text}", file=sys.stderr))
 
     bar = progress(total=len(found), desc="layouts", unit="layout") if not args.quiet else None
     try:
-        rows = _run([(settings, layout) for layout in found], args.jobs or os.cpu_count() or 1, args.ray,
+        rows = _run([(settings, layout) for layout in found], jobs, args.ray,
                     bar.update if bar is not None else (lambda: None))
     finally:
         if bar is not None:
@@ -420,6 +434,20 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{nearest['tpot_s'] * 1e3:.1f} ms ({nearest['violation']:.2f}x the objective)")
     print(f"wrote {', '.join(contents)}")
     return 0
+
+
+def _guard_outputs(args: argparse.Namespace) -> None:
+    """Check ``-o`` and ``--html`` before any layout runs (:func:`utils.io.guard_output`): neither an input (the
+    step-cost file, the topology), a symbolic link, a folder, nor the other one."""
+    from simulator.serve.cli import input_paths
+    from utils.io import OutputError, guard_output
+
+    inputs = input_paths(args)
+    guard_output(args.output, inputs, "-o/--output")
+    if args.html:
+        guard_output(args.html, {**inputs, "-o/--output": args.output}, "--html")
+        if os.path.realpath(args.html) == os.path.realpath(args.output):
+            raise OutputError(f"--html {args.html} is also -o/--output: give the page and the CSV two names")
 
 
 def _describe(row: dict[str, Any]) -> str:

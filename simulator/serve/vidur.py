@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import math
 import os
 import sys
 from bisect import bisect_left
@@ -83,6 +84,10 @@ def _read(path: str, required: Sequence[str]) -> list[dict[str, str]]:
             return list(reader)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise FormatError(path, f"not a text file (expected Vidur's {os.path.basename(path)} CSV)") from None
+    except csv.Error as exc:
+        raise FormatError(path, f"not a CSV file ({exc})") from None
 
 
 def _num(path: str, line: int, row: dict[str, str], column: str) -> float:
@@ -90,8 +95,8 @@ def _num(path: str, line: int, row: dict[str, str], column: str) -> float:
         value = float(row[column])
     except (TypeError, ValueError):
         raise FormatError(path, f"column {column!r} must be a number, got {row.get(column)!r}", line=line) from None
-    if value != value or value < 0:
-        raise FormatError(path, f"column {column!r} must be a number >= 0, got {row[column]!r}", line=line)
+    if not 0 <= value < math.inf:
+        raise FormatError(path, f"column {column!r} must be a finite number >= 0, got {row[column]!r}", line=line)
     return value
 
 
@@ -327,16 +332,36 @@ def _stats(ms: float) -> dict[str, float]:
     return {"min": ms, "max": ms, "mean": ms, "median": ms, "std": 0.0}
 
 
-def _write_csv(path: str, columns: list[str], rows: list[dict[str, Any]], index: bool = False) -> str:
-    from utils.io import atomic_write
+def _csv_text(columns: list[str], rows: list[dict[str, Any]], index: bool = False) -> str:
+    import io
 
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with atomic_write(path) as f:
-        writer = csv.writer(f, lineterminator="\n")
-        writer.writerow(([""] if index else []) + columns)
-        for i, row in enumerate(rows):
-            writer.writerow(([i] if index else []) + [row.get(c, "") for c in columns])
-    return path
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(([""] if index else []) + columns)
+    for i, row in enumerate(rows):
+        writer.writerow(([i] if index else []) + [row.get(c, "") for c in columns])
+    return out.getvalue()
+
+
+def profile_paths(root: str | os.PathLike, model_name: str, gpu: str, sku: str | None = None,
+                  model_folder: str | None = None, network_device: str | None = None) -> dict[str, str]:
+    """The files :func:`write_profile` writes under ``root`` (``mlp``, ``attention``, ``all_reduce``, ``send_recv``),
+    each folder name checked to stay under ``root`` (``--sku`` and ``--network_device`` are one name each, the
+    model folder one or more, as Vidur's ``meta-llama/Meta-Llama-3-8B``)."""
+    from utils.io import OutputError, safe_name
+
+    root = os.fspath(root)
+    sku = safe_name(sku or gpu.lower(), "--sku")
+    folder = model_folder or model_name
+    parts = folder.split("/")
+    if os.path.isabs(folder) or not all(parts):
+        raise OutputError(f"--model_folder {folder!r}: expected names separated by '/', relative to -o")
+    for part in parts:
+        safe_name(part, "--model_folder")
+    compute = os.path.join(root, "compute", sku, *parts)
+    network = os.path.join(root, "network", safe_name(network_device or f"{sku}_derived", "--network_device"))
+    return {"mlp": os.path.join(compute, "mlp.csv"), "attention": os.path.join(compute, "attention.csv"),
+            "all_reduce": os.path.join(network, "all_reduce.csv"), "send_recv": os.path.join(network, "send_recv.csv")}
 
 
 def _time_columns(ops: Sequence[str]) -> list[str]:
@@ -353,17 +378,26 @@ def write_profile(root: str | os.PathLike, model_name: str, gpu: str, tps: Seque
     import re
 
     from simulator.options import TopoOptions
+    from simulator.report import write_files
     from simulator.serve.cost import cost_model
     from simulator.topo.collectives import collective_cost, p2p_cost
     from utils.inference_config import resolve_model
+    from utils.io import guard_output
 
     model = resolve_model(model_name)
     if model.attention != "gqa" or model.is_moe:
         raise ConfigError(f"{model_name}: Vidur's layout describes dense GQA/MHA models (no MLA, no experts)")
+    bad = [t for t in tps if t < 1]
+    if bad:
+        raise ConfigError(f"--tp {bad[0]}: a TP size is a positive whole number")
+    if not any(model.num_heads % t == 0 for t in tps):
+        raise ConfigError(f"--tp {','.join(map(str, tps))}: none divides the {model.num_heads} attention heads of "
+                          f"{model_name}")
+    paths = profile_paths(root, model_name, gpu, sku, model_folder, network_device)
+    for path in paths.values():  # before any work: a symbolic link or a folder where a file goes
+        guard_output(path, None, "-o/--output")
     sku = sku or gpu.lower()
     options = options or TopoOptions(gpus_per_server=8)
-    root = os.fspath(root)
-    compute = os.path.join(root, "compute", sku, model_folder or model_name)
     dims = dict(n_head=model.num_heads, n_kv_head=model.num_kv_heads, n_embd=model.hidden_size,
                 n_expanded_embd=model.dense_ffn, vocab_size=model.vocab_size, use_gated_mlp=model.gated_mlp)
     mlp_rows, attention_rows, ar_rows, sr_rows = [], [], [], []
@@ -424,21 +458,21 @@ def write_profile(root: str | os.PathLike, model_name: str, gpu: str, tps: Seque
                     sr_rows.append({"rank": 0, "num_workers": 2, "size": size, "collective": "send_recv",
                                     "devices_per_node": per_node, "max_devices_per_node": fabric.gpus_per_server,
                                     **{f"time_stats.send_recv.{s}": v for s, v in _stats(ms).items()}})
-    written.append(_write_csv(os.path.join(compute, "mlp.csv"), _time_columns(MLP_OPS) + list(MLP_KEYS), mlp_rows))
-    written.append(_write_csv(os.path.join(compute, "attention.csv"),
-                              _time_columns(("attn_prefill", "attn_decode")) + list(ATTENTION_KEYS), attention_rows))
-    network = os.path.join(root, "network", network_device or f"{sku}_derived")
+    contents = {paths["mlp"]: _csv_text(_time_columns(MLP_OPS) + list(MLP_KEYS), mlp_rows),
+                paths["attention"]: _csv_text(_time_columns(("attn_prefill", "attn_decode")) + list(ATTENTION_KEYS),
+                                              attention_rows)}
     if ar_rows:
-        written.append(_write_csv(os.path.join(network, "all_reduce.csv"),
-                                  _time_columns(("all_reduce",)) + list(NETWORK_KEYS), ar_rows, index=True))
+        contents[paths["all_reduce"]] = _csv_text(_time_columns(("all_reduce",)) + list(NETWORK_KEYS), ar_rows, True)
     if sr_rows:
-        written.append(_write_csv(os.path.join(network, "send_recv.csv"),
-                                  _time_columns(("send_recv",)) + list(NETWORK_KEYS), sr_rows, index=True))
+        contents[paths["send_recv"]] = _csv_text(_time_columns(("send_recv",)) + list(NETWORK_KEYS), sr_rows, True)
+    written.extend(write_files(contents))  # all of them or none
     return written
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m simulator.serve.vidur export --model_name NAME --gpu_type GPU [--tp 1,2,4,8] -o DIR``."""
+    from utils.cli_types import positive_int
+
     parser = argparse.ArgumentParser(prog="python -m simulator.serve.vidur",
                                      description="Write the compute model's and topology's prices in Vidur's profile "
                                                  "layout (compute/<sku>/<model>/{mlp,attention}.csv, "
@@ -451,15 +485,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--model_folder", default=None, help="the model's folder (Vidur's: the HF name, e.g. "
                         "meta-llama/Meta-Llama-3-8B; default the model name)")
     parser.add_argument("--network_device", default=None, help="network folder (default <sku>_derived)")
-    parser.add_argument("-g_p_s", "--gpus_per_server", type=int, default=8)
+    parser.add_argument("-g_p_s", "--gpus_per_server", type=positive_int, default=8)
     parser.add_argument("-o", "--output", required=True, help="the profile's root folder")
     args = parser.parse_args(argv)
     from simulator.options import TopoOptions
+    from utils.inference_config import resolve_model
 
     try:
-        tps = tuple(int(t) for t in args.tp.split(","))
-    except ValueError:
-        raise ConfigError(f"--tp {args.tp!r}: comma-separated whole numbers") from None
+        tps = tuple(dict.fromkeys(positive_int(t) for t in args.tp.split(",")))
+    except argparse.ArgumentTypeError:
+        raise ConfigError(f"--tp {args.tp!r}: expected positive whole numbers separated by commas") from None
+    heads = resolve_model(args.model_name).num_heads
+    skipped = [t for t in tps if heads % t]
+    if skipped and len(skipped) < len(tps):
+        print(f"python -m simulator.serve.vidur: note: --tp {','.join(map(str, skipped))} left out: it does not divide "
+              f"the {heads} attention heads of {args.model_name}", file=sys.stderr)
     paths = write_profile(args.output, args.model_name, args.gpu_type, tps, args.sku, args.model_folder,
                           args.network_device, TopoOptions(gpus_per_server=args.gpus_per_server))
     print("wrote " + ", ".join(paths))
