@@ -24,7 +24,13 @@ from collections.abc import Iterator
 from replay.env import SharedError, reports_errors
 from utils.cli import parse_job, run_main
 from utils.errors import UserError
-from workload_generator.entry import build_timed_workload, prepare_output, report_memory, training_workload_path
+from workload_generator.entry import (
+    build_timed_workload,
+    memory_estimate,
+    prepare_output,
+    report_memory,
+    training_workload_path,
+)
 
 PROG = "aicb.py"
 LINGER_S = 30.0
@@ -124,10 +130,11 @@ def _main(argv: list[str] | None, reporting: bool) -> int:
         else:
             path, given = training_workload_path(job, values)
             prepare_output(path, values, PROG, given)  # before any work
+            memory = memory_estimate(job, values)  # (before the file: a job it refuses writes nothing)
             workload = build_timed_workload(job, values)  # --aiob_enable / --comp_filepath / --compute_source
             workload.dump(path)
             print(f"Workload file generated: {path} ({len(workload)} items, pipeline rank {job.parallel.pp_rank})")
-            report_memory(job, values)
+            report_memory(job, values, estimate=memory)
         if values["enable_visual"]:
             from visualize.generate import write_visual
 

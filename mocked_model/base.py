@@ -90,6 +90,8 @@ class MockedModule:
         return out
 
     def build_backward(self) -> list[WorkItem]:
+        if not self.children:  # no items of its own (an empty pipeline stage, ``E||t|L``): else it recursed forever
+            return []
         return [item for _, items in self.backward_segments() for item in items]
 
     def backward_segments(self) -> list[tuple[MockedModule, list[WorkItem]]]:

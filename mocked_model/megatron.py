@@ -202,14 +202,17 @@ class MegatronChunk(MockedModule):
     weight (Megatron allocates it there and keeps it in sync through the embedding group).
 
     ``mtp_layers``: the multi-token-prediction layers this chunk holds (:mod:`mocked_model.mtp`; default: all of
-    ``--mtp_num_layers`` on the post-process chunk without a layout).  With MTP the final norm sits with the last
+    ``--mtp_num_layers`` on the post-process chunk without a layout); ``mtp_losses``: the MTP losses a post-process
+    chunk builds (default ``--mtp_num_layers``; :func:`workload_generator.limits.megatron_items` counts one and
+    multiplies).  With MTP the final norm sits with the last
     decoder layer (Megatron-core's ``has_final_layernorm_in_this_stage``), an MTP chunk that is not the first keeps
     a copy of the word embedding for its lookups, and the post-process chunk runs the output layer and a cross
     entropy per MTP layer before the main ones (``process_mtp_loss``).
     """
 
     def __init__(self, job: JobConfig, first_layer: int, num_layers: int, pre_process: bool, post_process: bool,
-                 ctx: MegatronContext | None = None, layer_factory=None, mtp_layers: int | None = None) -> None:
+                 ctx: MegatronContext | None = None, layer_factory=None, mtp_layers: int | None = None,
+                 mtp_losses: int | None = None) -> None:
         super().__init__("chunk")
         ctx = ctx or MegatronContext.of(job)
         model = job.model
@@ -248,7 +251,7 @@ class MegatronChunk(MockedModule):
                 from mocked_model.mtp import MTPLoss
 
                 children.extend(MTPLoss(ctx, job, k, VocabParallelLoss(ctx, job.padded_vocab_size // ctx.tp))
-                                for k in range(model.mtp_num_layers))
+                                for k in range(model.mtp_num_layers if mtp_losses is None else mtp_losses))
             children.append(ColumnParallelLinear(ctx, "output_layer", model.hidden_size, job.padded_vocab_size, False,
                                                  None, "output", label="MegatronOutputLayer", weight=weight, bf16=True))
             children.append(VocabParallelLoss(ctx, job.padded_vocab_size // ctx.tp))

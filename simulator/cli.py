@@ -500,7 +500,9 @@ def simulate_job(job: Any, topology: str | None, options: Any, model: str, profi
     if report.warning():
         result.warnings.append(report.warning())
     from mocked_model.memory import estimate_memory
+    from workload_generator.limits import check_mtp
 
+    check_mtp(job)  # (the estimate builds every stage's MTP layers; the workload above is one rank's)
     result.memory = estimate_memory(job, job.training.gpu_type)
     if result.memory.warning():
         result.warnings.append(result.memory.warning())

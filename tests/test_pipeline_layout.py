@@ -199,3 +199,69 @@ def test_mtp_flops_follow_megatron():
     h, v = 64, job.padded_vocab_size
     extra = 3 * tokens * (layer_forward_flops_per_token(base, 3) + 2 * (3 * h + 2 * h * h) + 2 * h * v)
     assert model_flops(job) - model_flops(base) == pytest.approx(extra)
+
+
+# ---- adversarial layouts and MTP counts (bounded work, one line) ----------------------------------------------
+
+@pytest.mark.parametrize("layout", ["t*1000000000000", "(t|)*1000000000000", "((t)*100000)*100000",
+                                    "Et*" + "9" * 5000 + "L"])
+def test_huge_repeat_counts_are_refused_before_they_are_built(layout):
+    # t*10**12 was unrolled before the size check: MemoryError; 5,000 digits: int()'s ValueError
+    with pytest.raises(ConfigError, match="unrolls to more than 1,000,000 symbols"):
+        parse_layout(layout, 2)
+
+
+def test_deeply_nested_groups_are_one_line():
+    with pytest.raises(ConfigError, match="nested more than 100 deep"):  # was a RecursionError
+        parse_layout("E" + "(" * 5000 + "t" + ")" * 5000 + "L", 1)
+    assert parse_layout("E" + "(" * 100 + "t" + ")" * 100 + "L", 1).layers() == [1]
+
+
+def test_a_long_literal_layout_parses_in_linear_time():
+    import time
+
+    started = time.perf_counter()
+    assert parse_layout("E" + "t" * 130_000 + "L", 1).layers() == [130_000]  # the longest argv string: was ~2 min
+    assert time.perf_counter() - started < 5
+
+
+def test_an_empty_stage_is_generated_and_simulated(tmp_path):
+    # Megatron's 'E||t|L': a chunk without layers recursed forever building its backward (RecursionError)
+    job = _job(SMALL.with_changes(num_layers=4), world_size=2, pp=2, global_batch=4, pipeline_layout="E||tttt|L")
+    for rank in (0, 1):
+        from dataclasses import replace
+
+        items = MegatronWorkload(replace(job, parallel=replace(job.parallel, pp_rank=rank)))().items
+        assert items
+    done = run_cli("-m", "simulator", "-t", str(_topo16(tmp_path)), "--gpu_type", "H100", "--model_name", "gpt_tiny",
+                   "--world_size", "16", "--pipeline_model_parallel", "2", "--global_batch", "16",
+                   "--pipeline_model_parallel_layout", "E||" + "t" * _tiny_layers() + "|L", "-q", "--json")
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-800:]
+
+
+def _tiny_layers() -> int:
+    from utils.presets import get_preset
+
+    return get_preset("gpt_tiny").num_layers
+
+
+def _topo16(tmp_path):
+    from topo.gen import main as topo_gen
+
+    path = tmp_path / "t16.txt"
+    assert topo_gen(["-topo", "Spectrum-X", "-g", "16", "-o", str(path)]) == 0
+    return path
+
+
+@pytest.mark.parametrize("entry", [("-m", "simulator", "-t", "TOPO", "--gpu_type", "H100"),
+                                   ("-m", "simulator", "-g_p_s", "8", "-n_p_s", "8", "--gpu_type", "H100"),
+                                   ("-m", "workload_generator.generate_megatron_workload", "--memory", "-o", "OUT")])
+def test_a_huge_mtp_count_is_refused_at_once_and_writes_nothing(tmp_path, entry):
+    # --mtp_num_layers 1e9: the size estimate (and the memory estimate) built every MTP layer: MemoryError after minutes
+    args = [str(_topo16(tmp_path)) if a == "TOPO" else str(tmp_path / "w.csv") if a == "OUT" else a for a in entry]
+    done = run_cli(*args, "--model_name", "gpt_tiny", "--world_size", "16", "--pipeline_model_parallel", "2",
+                   "--global_batch", "16", "--position_embedding_type", "rope", "--mtp_num_layers", "1e9", timeout=60)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and "Traceback" not in done.stderr, done.stderr[-800:]
+    assert "--mtp_num_layers (1,000,000,000)" in lines[0] and "--max_items" in lines[0]
+    assert not (tmp_path / "w.csv").exists()

@@ -197,3 +197,42 @@ def test_stage_to_server_mapping_avoids_the_slow_nics(tmp_path, capsys):
     fast = HierarchyFabric(topo, 16).bind(pconf, result.best.gpu_of(), LINKS).p2p_shape(0, 8)
     assert slow.bottleneck_Bps * 0.97 == pytest.approx(25e9 * 0.97) and fast.bottleneck_Bps * 0.97 == pytest.approx(NIC)
     assert result.best_s < result.default_s
+
+
+def test_place_output_that_is_a_file_is_one_line_and_the_file_kept(tmp_path, capsys):
+    # -o names a folder: a file there (here the topology itself, or a link to it) made os.makedirs raise
+    # FileExistsError with a traceback after the whole search
+    topo_gen(["-topo", "Spectrum-X", "-g", "16", "-o", f"{tmp_path}{os.sep}"])
+    path = capsys.readouterr().out.splitlines()[-1]
+    before = open(path, "rb").read()
+    link = tmp_path / "link.txt"
+    link.symlink_to(path)
+    for out in (path, str(link), os.path.join(path, "sub")):
+        result = run_cli("-m", "simulator", "place", "-t", path, *JOB, "-o", out, "-q")
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2 and len(lines) == 1 and "Traceback" not in result.stderr, result.stderr[-800:]
+        assert "is a file, not a folder" in lines[0]
+        assert open(path, "rb").read() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([os.path.basename(path), "link.txt"])
+
+
+def test_hand_edited_server_lines_that_cannot_be_routed_are_one_line(tmp_path, capsys):
+    # the #server lines of a --gpus_per_nic file cut to the CPU sockets (the PCIe switches then read as network
+    # switches), or a network switch listed as a PCIe switch: the routing raised ValueError (no PCIe path to a GPU's
+    # NIC, a server without a NIC)
+    topo_gen(["-topo", "Spectrum-X", "-g", "16", "--gpus_per_nic", "2", "-o", f"{tmp_path}{os.sep}"])
+    path = capsys.readouterr().out.splitlines()[-1]
+    text = open(path).read()
+    body, _, tail = text.partition("#server ")
+    roles = dict(line.split(" ", 1) for line in ("#server " + tail).replace("#server ", "").strip().splitlines())
+    pcie, cpu = roles["pcie_switch"].split(), roles["cpu_socket"].split()
+    sockets = tmp_path / "sockets.txt"
+    sockets.write_text(body + f"#server cpu_socket {cpu[0]}\n")
+    asw = tmp_path / "asw.txt"
+    asw.write_text(body + f"#server pcie_switch {' '.join(pcie[1:])} {int(max(pcie + cpu, key=int)) + 1}\n"
+                   f"#server cpu_socket {' '.join(cpu)}\n")
+    for edited in (sockets, asw):
+        result = run_cli("-m", "simulator", "-t", str(edited), *JOB, "-q")
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2 and len(lines) == 1 and "Traceback" not in result.stderr, result.stderr[-800:]
+        assert lines[0].startswith(f"simulator: error: {edited}: ") and "#server lines" in lines[0]

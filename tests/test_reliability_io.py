@@ -212,3 +212,13 @@ def test_folder_lock_makes_a_second_writer_wait_and_says_so(tmp_path):
     with folder_lock(tmp_path, note=notes.append):  # released with its process
         pass
     assert len(notes) == 1
+
+
+def test_guard_output_refuses_a_path_under_a_file(tmp_path):
+    # -o FILE/name (simulator place -o over a file, a link to one): os.makedirs failed with a traceback after the work
+    blocker = tmp_path / "plain.txt"
+    blocker.write_text("x\n")
+    for path in (blocker / "placement.txt", blocker / "a" / "b" / "placement.txt"):
+        with pytest.raises(OutputError, match="plain.txt is a file, not a folder"):
+            guard_output(str(path), None, "-o/--output")
+    assert guard_output(str(tmp_path / "new" / "dir" / "out.txt"), None) == str(tmp_path / "new" / "dir" / "out.txt")

@@ -95,3 +95,38 @@ def test_simais_environment_settings_are_named_by_the_simulator(tmp_path):
                           *SIMAI, "-q"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stderr.startswith("simulator: note: AS_SEND_LAT=3 (") and "is ignored" in out.stderr
+
+
+MOE = ("--gpu_type", "H100", "--model_name", "gpt_tiny", "--world_size", "16", "--tensor_model_parallel_size", "2",
+       "--enable_sequence_parallel", "--global_batch", "16", "--moe_enable", "--num_experts", "8",
+       "--expert_model_parallel_size", "4", "--moe_router_topk", "2", "--moe_grouped_gemm", "-q")
+
+
+def test_impossible_moe_loads_are_refused(tmp_path):
+    # --moe_imbalance above experts / topk was clamped silently; a capacity factor of 1.7e308 overflowed (OverflowError)
+    # and 1e300 with padding simulated 8.5e296 s
+    for extra, words in ((("--moe_imbalance", "1e300"), "--moe_imbalance 1e+300 is more than --num_experts 8 / "
+                                                          "--moe_router_topk 2 = 4"),
+                         (("--moe_expert_capacity_factor", "1.7e308"), "--moe_expert_capacity_factor 1.7e+308 is more "
+                                                                       "than --num_experts 8"),
+                         (("--moe_expert_capacity_factor", "1e300", "--moe_pad_expert_input_to_capacity"),
+                          "--moe_expert_capacity_factor 1e+300 is more than --num_experts 8")):
+        out = run_cli("-m", "simulator", "-t", str(TOPO), *MOE, *extra, cwd=tmp_path)
+        lines = out.stderr.strip().splitlines()
+        assert out.returncode == 2 and len(lines) == 1 and "Traceback" not in out.stderr, out.stderr[-800:]
+        assert words in lines[0]
+    ok = run_cli("-m", "simulator", "-t", str(TOPO), *MOE, "--moe_imbalance", "4", "--moe_expert_capacity_factor", "8",
+                 "--moe_pad_expert_input_to_capacity", cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr[-800:]
+
+
+def test_link_values_no_ns3_link_holds_are_refused_naming_the_line(tmp_path):
+    # a hand-edited latency of 1e300h or a rate of 1e-300bps parsed, then made an infinite time: OverflowError
+    for old, new, words in (("0.0005ms", "1e300h", "latency '1e300h' is beyond"),
+                            ("400Gbps", "1e-300bps", "bandwidth '1e-300bps' is outside")):
+        edited = tmp_path / "t.txt"
+        edited.write_text(TOPO.read_text().replace(old, new, 1))
+        out = run_cli("-m", "simulator", "-t", str(edited), "--gpu_type", "H100", *JOB, "-q", cwd=tmp_path)
+        lines = out.stderr.strip().splitlines()
+        assert out.returncode == 2 and len(lines) == 1 and "Traceback" not in out.stderr, out.stderr[-800:]
+        assert lines[0].startswith(f"simulator: error: {edited}:") and words in lines[0]

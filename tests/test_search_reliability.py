@@ -196,6 +196,34 @@ def test_resume_refuses_a_duplicate_row_and_a_row_cut_at_the_end(tmp_path, finis
     one_error_line(done, f"{out}:3:", "cut short")
 
 
+def _edit(row: str, column: str, value: str) -> str:
+    cells = next(csv.reader([row]))
+    cells[HEADER.index(column)] = value
+    return ",".join(cells) + "\n"
+
+
+@pytest.mark.parametrize("column, value, words", [
+    ("mfu", "nan", ("mfu 'nan' is not a number >= 0",)),
+    ("compute_s", "-5", ("compute_s '-5' is not a number >= 0",)),
+    ("lower_bound_s", "inf", ("lower_bound_s 'inf' is not a number >= 0",)),
+    ("tp", "0", ("tp '0' is not a size",)),
+    ("tp", "-2", ("tp '-2' is not an integer >= 0",)),
+    ("world_size", "8", ("world_size 8 is not tp x pp x dp x cp",)),
+    ("recompute", "bogus", ("recompute 'bogus' is not one of",)),
+    ("order", "bogus", ("order 'bogus' is not one of",)),
+    ("sequence_parallel", "maybe", ("sequence_parallel 'maybe' is not True or False",)),
+    ("gpu_type", "B200", ("gpu_type 'B200'", "an edited row")),
+    ("topology", "other.txt", ("topology 'other.txt'", "an edited row")),
+])
+def test_resume_refuses_an_edited_row_of_the_same_job(tmp_path, finished, column, value, words):
+    # rows keeping their fingerprint but edited (NaN, negative, impossible layouts, another GPU or topology) were kept,
+    # ranked and reported as the best layout
+    lines = [finished[0], finished[1], _edit(finished[2], column, value)]
+    done, out = _resume(tmp_path, lines)
+    one_error_line(done, f"{out}:3:", *words)
+    assert open(out).read() == "".join(lines)  # nothing written
+
+
 # ---- item 6: unbounded work and remote waits ---------------------------------------------------------------
 
 def test_a_huge_global_batch_is_bounded_before_planning(tmp_path):
@@ -253,3 +281,50 @@ def test_a_ray_cluster_gives_the_rows_a_local_pool_gives(tmp_path):
     finally:
         ray.shutdown()
     assert remote == local and len(remote) == 4
+
+
+def test_a_huge_placement_top_names_no_more_rank_files_than_layouts(tmp_path):
+    # --placement_top 1e12 made 10^12 rank-file names to check before the search: MemoryError (a limit keeps the test
+    # from taking the machine's memory before the fix)
+    import resource
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+
+    topo = tmp_path / "t.txt"
+    assert run_cli("-m", "topo.gen", "-topo", "Spectrum-X", "-g", "16", "--gpus_per_nic", "2", "-o", str(topo)).returncode == 0
+    out = tmp_path / "o.csv"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONDONTWRITEBYTECODE="1")
+    done = subprocess.run([sys.executable, "-m", "simulator", "search", "-t", str(topo), "--world_size", "16", *TINY, *ONE,
+                           "--jobs", "1", "-q", "-o", str(out), "--placement", "search", "--placement_top", "1e12",
+                           "--placement_max_evals", "3"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300, preexec_fn=limit)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-800:]
+    assert len(rows_of(out)) == 2 and len(rows_of(tmp_path / "o.placement.csv")) == 2
+
+
+@pytest.mark.parametrize("flags, words", [("-h", ("-h", "takes topo.gen's flags")),
+                                          ("--bogus", ("--bogus", "unrecognized arguments"))])
+def test_topo_gen_help_or_bad_flag_is_one_line_of_the_search(tmp_path, flags, words):
+    # --topo_gen "-h": topo.gen's parser printed its help into the search's muted stdout and exited 0: no CSV, no word
+    out = tmp_path / "o.csv"
+    done = search("--topo_gen", flags, "--world_size", "16", *TINY, *ONE, "--jobs", "1", "-q", "-o", str(out))
+    one_error_line(done, "--topo_gen", *words)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("flag, value, words", [("--world_size", "16,,8", "an empty count in the list"),
+                                                ("--world_size", ",16", "an empty count in the list"),
+                                                ("--tp", "2,,4", "an empty item in the list"),
+                                                ("--pp", ",1", "an empty item in the list")])
+def test_comma_lists_with_an_empty_item_are_refused(tmp_path, flag, value, words):
+    # '16,,8' and '2,,4' were read as 16,8 and 2,4 (--gpu_type 'H100,' is refused)
+    out = tmp_path / "o.csv"
+    args = ["--world_size", "16", *ONE]
+    if flag in args:
+        args[args.index(flag) + 1] = value
+    else:
+        args += [flag, value]
+    done = search("-t", TOPO16, *TINY, *args, "--jobs", "1", "-q", "-o", str(out))
+    one_error_line(done, f"{flag} {value!r}", words)
+    assert not out.exists()

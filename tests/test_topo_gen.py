@@ -349,6 +349,13 @@ def test_template_forced_switch_warns_and_builds_simai_file(tmp_path, capsys, ex
     (["--pods", "2", "-csn", "4", "--oversub", "2"], "give -csn (core switches) or --oversub"),
     (["--pods", "3", "-g", "16"], "-g 16 GPUs do not split into --pods 3 pods"),
     (["-topo", "NVL72", "-gps", "8"], "-topo NVL72 has 72 GPUs per NVLink domain, not -gps 8"),
+    # rates and delays an ns-3 DataRate / Time cannot hold (they made infinite times downstream), and NVSwitches asked
+    # for where --nvlink has none (was silently ignored)
+    (["-bw", "1e-3bps"], "-bw: bandwidth '1e-3bps' is outside the 1 bps to"),
+    (["--server_nic_bw", "1e300Gbps"], "--server_nic_bw: bandwidth '1e300Gbps' is outside the 1 bps to"),
+    (["-l", "1e300h"], "-l: latency '1e300h' is beyond the"),
+    (["-g", "16", "--gpus_per_nic", "2", "--nvlink", "pairs", "-nsps", "4"],
+     "-nsps 4 asks for NVSwitches, which --nvlink pairs has none of"),
 ])
 def test_errors_one_line_exit_2_no_file(tmp_path, capsys, argv, message):
     with pytest.raises(SystemExit) as exc:
@@ -378,3 +385,18 @@ def test_output_file_and_permissions(tmp_path, capsys):
     umask = os.umask(0)
     os.umask(umask)
     assert target.stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_a_switch_listed_twice_in_a_server_line_says_so(tmp_path, capsys):
+    # a hand-edited '#server pcie_switch 16 16' read "node 16 is both a pcie_switch and a pcie_switch"
+    from topo import read_topology
+    from utils.errors import FormatError
+
+    assert main(["-g", "16", "--gpus_per_nic", "2", "-o", str(tmp_path / "t.txt")]) == 0
+    capsys.readouterr()
+    text = (tmp_path / "t.txt").read_text()
+    first = text.split("#server pcie_switch ", 1)[1].split()[0]
+    edited = tmp_path / "e.txt"
+    edited.write_text(text.replace(f"#server pcie_switch {first} ", f"#server pcie_switch {first} {first} "))
+    with pytest.raises(FormatError, match=f"node {first} is listed twice as a pcie_switch"):
+        read_topology(edited)

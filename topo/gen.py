@@ -182,6 +182,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if max_items is not None and max_items < 1:
         raise ConfigError(f"--max_items {max_items}: expected a positive number of nodes + links")
     inside = {k: given.pop(k) for k in list(given) if k in SERVER_FLAGS}
+    if inside.get("nvlink", "full") != "full" and "nv_switch_per_server" in given:
+        raise ConfigError(f"-nsps {given['nv_switch_per_server']} asks for NVSwitches, which --nvlink {inside['nvlink']} "
+                          "has none of (--nvlink full keeps SimAI's NVSwitch per server)")
     spec = resolve(given)
     server = resolve_server(inside, spec)
     path, layout = generate(spec, output, max_items, server)

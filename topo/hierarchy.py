@@ -38,6 +38,7 @@ import numpy as np
 
 from topo.node_kinds import GPU, NVSWITCH, PACKET_SWITCH
 from topo.topology import ROLE_CPU, ROLE_PCIE, connected_labels
+from utils.errors import FormatError
 
 PATH_TYPES = ("PIX", "PXB", "PXN", "PHB", "SYS")
 """NCCL's GPU-NIC path types that can occur here, best first (src/graph/topo.h orders PIX < PXB < PXN < PHB < SYS)."""
@@ -115,6 +116,12 @@ class ServerHierarchy:
         self._net: dict[tuple[int, int], tuple[str, float]] = {}
         self._pcie: dict[tuple[int, int], tuple[tuple[Key, ...], int, int, int] | None] = {}
 
+    def _bad(self, what: str) -> FormatError:
+        """A server the file describes that cannot be routed (a hand-edited ``#server`` line, a link left out): one line
+        naming the file, not a traceback."""
+        return FormatError(self.topo.source or "the topology", f"{what}: check its #server lines and the links inside "
+                           "its servers (python -m topo.gen --gpus_per_nic writes them)")
+
     # ---- nodes and links --------------------------------------------------------------------------
     def _server_of_node(self, node: int) -> int:
         """The server of a GPU or of a switch inside a server (the server of a GPU it reaches)."""
@@ -129,7 +136,7 @@ class ServerHierarchy:
                 if v not in seen:
                     seen.add(v)
                     queue.append(v)
-        raise ValueError(f"node {node} reaches no GPU inside its server")
+        raise self._bad(f"{self.topo.role_of.get(node, 'node')} {node} reaches no GPU inside its server")
 
     def link_class(self, key: Key) -> str:
         """``nvlink``, ``pcie``, ``socket`` or ``nic`` of a directed key."""
@@ -226,7 +233,7 @@ class ServerHierarchy:
             return nv, "nvlink"
         pcie = self.pcie_route(a, b)
         if pcie is None:
-            raise ValueError(f"GPUs {a} and {b} share neither NVLink nor a PCIe tree in {self.topo.source or 'the topology'}")
+            raise self._bad(f"GPUs {a} and {b} share neither NVLink nor a PCIe tree")
         return pcie, "pcie"
 
     # ---- GPU-NIC paths ------------------------------------------------------------------------------
@@ -294,11 +301,12 @@ class ServerHierarchy:
         server = gpu // self.gps
         nics = self.nics(server)
         if not nics:
-            raise ValueError(f"server {server} has no NIC")
+            raise self._bad(f"server {server} has no NIC (no link from its GPUs, PCIe switches or CPU sockets to a "
+                            "network switch)")
         paths = {n: self.path(gpu, n) for n in nics}
         ranked = {n: self._rank(p) for n, p in paths.items() if p is not None}
         if not ranked:
-            raise ValueError(f"GPU {gpu} reaches none of its server's NICs")
+            raise self._bad(f"GPU {gpu} reaches none of its server's NICs")
         best = min(ranked.values())
         local = [n for n in nics if ranked.get(n) == best]
         first = local[0]
@@ -335,7 +343,7 @@ class ServerHierarchy:
         """The path data reaches GPU ``gpu`` by: its own NIC, then its PCIe path (no PXN on receive)."""
         found = self._pcie_path(gpu, self.local_nic(gpu))
         if found is None:  # its NIC is reached through a PXN peer only: receive there and over NVLink (never here)
-            raise ValueError(f"GPU {gpu} has no PCIe path to its NIC")
+            raise self._bad(f"GPU {gpu} has no PCIe path to its NIC")
         return found
 
     def network(self, switch_a: int, switch_b: int) -> tuple[str, float]:
@@ -349,7 +357,7 @@ class ServerHierarchy:
             else:
                 route = self.topo._router._network(((switch_a, 0.0, 0.0),), ((switch_b, 0.0, 0.0),))
                 if route is None:
-                    raise ValueError(f"no network path between switches {switch_a} and {switch_b}")
+                    raise self._bad(f"no network path between switches {switch_a} and {switch_b}")
                 found = (route[1], route[4])
             self._net[key] = found
         return found

@@ -526,8 +526,9 @@ def _parse_roles(tail: bytes, topo: Topology, source: str, line: int) -> tuple[t
             if not 0 <= node < topo.node_count or kind[node] != PACKET_SWITCH:
                 raise FormatError(source, f"node {node} is not a packet switch of line 2 (a {role} is one)", line=where,
                                   field=role)
-            if node in seen:
-                raise FormatError(source, f"node {node} is both a {seen[node]} and a {role}", line=where, field=role)
+            if node in seen:  # (a switch listing one node twice read "both a pcie_switch and a pcie_switch")
+                what = f"listed twice as a {role}" if seen[node] == role else f"both a {seen[node]} and a {role}"
+                raise FormatError(source, f"node {node} is {what}", line=where, field=role)
             seen[node] = role
         out[role] = tuple(ids)
     return tuple((role, out[role]) for role in ROLES if role in out)

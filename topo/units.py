@@ -27,6 +27,10 @@ _RATE_RE = re.compile(_NUMBER + r"(?:([kKMGT])(i?))?(bps|b/s|Bps|B/s)?$")
 _TIME_RE = re.compile(_NUMBER + r"(s|ms|us|ns|ps|fs|min|h)?$")
 _DECIMAL = {"k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
 _BINARY = {"k": 2.0**10, "K": 2.0**10, "M": 2.0**20, "G": 2.0**30, "T": 2.0**40}
+MIN_BPS, MAX_BPS = 1.0, float(2**64 - 1)
+"""The rates an ns-3 ``DataRate`` holds (a uint64 of bit/s): 1e-300bps or 1e200Gbps made infinite times."""
+MAX_LATENCY_S = (2**63 - 1) * 1e-9
+"""The longest delay an ns-3 ``Time`` holds at its default nanosecond resolution (292 years)."""
 _SECONDS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9, "ps": 1e-12, "fs": 1e-15, "min": 60.0, "h": 3600.0}
 
 
@@ -44,8 +48,10 @@ def parse_bandwidth(text: str, require_unit: bool = False) -> float:
         value *= (_BINARY if binary else _DECIMAL)[prefix]
     if unit in ("Bps", "B/s"):
         value *= BITS_PER_BYTE
-    if not (value > 0 and math.isfinite(value)):
+    if not value > 0:
         raise ValueError(f"bandwidth must be positive: {text!r}")
+    if not MIN_BPS <= value <= MAX_BPS:
+        raise ValueError(f"bandwidth {text!r} is outside the 1 bps to {MAX_BPS:.3g} bps an ns-3 DataRate holds")
     return value
 
 
@@ -59,8 +65,8 @@ def parse_latency(text: str, require_unit: bool = False) -> float:
     if require_unit and unit is None:
         raise ValueError(f"latency {text!r} has no unit (ns-3 would read seconds; write e.g. {text}ms)")
     value = float(number) * _SECONDS[unit or "s"]
-    if not math.isfinite(value):
-        raise ValueError(f"latency must be finite: {text!r}")
+    if not math.isfinite(value) or value > MAX_LATENCY_S:
+        raise ValueError(f"latency {text!r} is beyond the {MAX_LATENCY_S:.3g} s an ns-3 Time holds (int64 nanoseconds)")
     return value
 
 

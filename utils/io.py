@@ -221,7 +221,8 @@ def guard_output(path: str | os.PathLike, inputs: InputPaths | None = None, flag
       folder is caught before the input is destroyed;
     - ``path`` is itself a symbolic link the command did not create (``own_links``): writing through it
       would change a file elsewhere, replacing it would silently drop the link;
-    - ``path`` is a folder, or its name is longer than :data:`NAME_MAX` bytes.
+    - ``path`` is a folder, or its name is longer than :data:`NAME_MAX` bytes;
+    - a folder on ``path``'s way is a file (``-o FILE/name``: the folder could not be made).
 
     Then it removes the temporaries a killed writer left in the output's folder: those of this output
     whose writer is gone, any of ours whose writer is gone and that are older than
@@ -246,6 +247,11 @@ def guard_output(path: str | os.PathLike, inputs: InputPaths | None = None, flag
                           "it; remove the link or give its target's path")
     if os.path.isdir(out):
         raise OutputError(f"cannot write {out}: it is a folder (give a file name)")
+    probe = os.path.dirname(out)
+    while probe and not os.path.exists(probe) and os.path.dirname(probe) != probe:
+        probe = os.path.dirname(probe)
+    if probe and os.path.exists(probe) and not os.path.isdir(probe):  # (else makedirs fails later, after the work)
+        raise OutputError(f"cannot write {out}: {probe} is a file, not a folder")
     for in_flag, value in (inputs or {}).items():
         for src in _paths_of(value):
             if src and os.path.lexists(src) and not os.path.isdir(src) and _resolves_to(out, src):

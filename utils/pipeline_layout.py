@@ -30,6 +30,8 @@ FLAG = "--pipeline_model_parallel_layout"
 SYMBOLS = {"E": "embedding", "t": "transformer layer", "m": "MTP layer", "L": "loss"}
 MAX_SYMBOLS = 1_000_000
 """A layout that unrolls to more symbols than this is refused (a typo such as ``t*10000000``)."""
+MAX_DEPTH = 100
+"""Groups nested deeper than this are refused (Megatron nests none; 5,000 ran out of Python's stack)."""
 
 
 @dataclass(frozen=True)
@@ -103,11 +105,19 @@ def _expand(text: str) -> str:
             pos += 1
         if start == pos:
             raise ConfigError(f"{FLAG} {text!r}: '*' at position {start - 1} needs a repeat count")
-        return int(body[start:pos])
+        return int(body[start:pos]) if pos - start <= 18 else MAX_SYMBOLS + 1  # (int() refuses 4,300 digits)
+
+    def repeat(piece: str, times: int, size: int) -> str:
+        """``piece * times`` after ``size`` symbols, refused before it is built when it would pass
+        :data:`MAX_SYMBOLS` (``t*10**12`` ran out of memory)."""
+        if piece and size + len(piece) * times > MAX_SYMBOLS:
+            raise ConfigError(f"{FLAG} {text!r} unrolls to more than {MAX_SYMBOLS:,} symbols")
+        return piece * times
 
     def group(depth: int) -> str:
         nonlocal pos
         out: list[str] = []
+        size = 0  # symbols in out (a running count: summing out at every symbol took minutes on 10^5 of them)
         while pos < len(body):
             ch = body[pos]
             if ch == ")":
@@ -116,25 +126,28 @@ def _expand(text: str) -> str:
                 return "".join(out)
             pos += 1
             if ch == "(":
+                if depth >= MAX_DEPTH:
+                    raise ConfigError(f"{FLAG} {text!r}: groups nested more than {MAX_DEPTH} deep at position {pos - 1}")
                 inner = group(depth + 1)
                 if pos >= len(body):
                     raise ConfigError(f"{FLAG} {text!r}: a '(' is never closed")
                 pos += 1  # the ')'
                 if pos < len(body) and body[pos] == "*":
                     pos += 1
-                    inner = inner * count()
+                    inner = repeat(inner, count(), size)
                 out.append(inner)
             elif ch in SYMBOLS or ch == "|":
                 if pos < len(body) and body[pos] == "*":
                     pos += 1
-                    out.append(ch * count())
+                    out.append(repeat(ch, count(), size))
                 else:
                     out.append(ch)
             else:
                 known = ", ".join(f"{k} ({v})" for k, v in SYMBOLS.items())
                 raise ConfigError(f"{FLAG} {text!r}: unknown symbol {ch!r} at position {pos - 1} (known: {known}, "
                                   "'|' between stages, (...)*N and X*N to repeat)")
-            if sum(map(len, out)) > MAX_SYMBOLS:
+            size += len(out[-1])
+            if size > MAX_SYMBOLS:
                 raise ConfigError(f"{FLAG} {text!r} unrolls to more than {MAX_SYMBOLS:,} symbols")
         if depth:
             raise ConfigError(f"{FLAG} {text!r}: a '(' is never closed")

@@ -22,7 +22,13 @@ from utils.cli import parse_job, run_main
 from utils.config import JobConfig
 from utils.errors import ConfigError
 from workload_generator.compute_times import default_source, fill_job_times, print_report
-from workload_generator.entry import note_ignored_simai_env, prepare_output, refuse_visual, report_memory
+from workload_generator.entry import (
+    memory_estimate,
+    note_ignored_simai_env,
+    prepare_output,
+    refuse_visual,
+    report_memory,
+)
 from workload_generator.megatron import MegatronWorkload
 from workload_generator.simai_training import derive_simai
 
@@ -55,6 +61,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     path = values.get("output") or default_simai_path(job, values)
     prepare_output(path, values, prog, bool(values.get("output")))
     note_ignored_simai_env(prog)
+    memory = memory_estimate(job, values)  # (before the file: a job it refuses writes nothing)
     gen = MegatronWorkload(job)
     source = compute_source(job, values)
     items = [i for chunk in gen.chunks for m, seg in chunk.backward_segments() for i in seg]
@@ -66,7 +73,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     if derived.dropped:
         print("not in SimAI's format (left out): " + ", ".join(f"{k} x{v}" for k, v in sorted(derived.dropped.items())))
     print(f"workload save in : {path} ({len(derived.workload.records)} records, pipeline rank {job.parallel.pp_rank})")
-    report_memory(job, values)
+    report_memory(job, values, estimate=memory)
     return 0
 
 

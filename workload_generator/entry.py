@@ -64,14 +64,26 @@ def build_timed_workload(job: JobConfig, values: dict[str, Any], pp_rank: int | 
     return workload
 
 
-def report_memory(job: JobConfig, values: dict[str, Any], log: Callable[[str], None] = print) -> None:
-    """``--memory``: print the job's memory per GPU (:mod:`mocked_model.memory`) and a warning when the
-    most loaded GPU does not fit ``--gpu_type``."""
+def memory_estimate(job: JobConfig, values: dict[str, Any]) -> Any:
+    """``--memory``'s estimate (:mod:`mocked_model.memory`), or None without the flag: the entries take it before they
+    write, so that a job it refuses (``--mtp_num_layers 1e9``: :func:`workload_generator.limits.check_megatron`)
+    leaves no file behind."""
+    if not values.get("memory"):
+        return None
+    from mocked_model.memory import estimate_memory
+    from workload_generator.limits import check_mtp
+
+    check_mtp(job)
+    return estimate_memory(job, job.training.gpu_type)
+
+
+def report_memory(job: JobConfig, values: dict[str, Any], log: Callable[[str], None] = print,
+                  estimate: Any = None) -> None:
+    """``--memory``: print the job's memory per GPU (``estimate``, else :func:`memory_estimate`) and a warning when
+    the most loaded GPU does not fit ``--gpu_type``."""
     if not values.get("memory"):
         return
-    from mocked_model.memory import estimate_memory
-
-    estimate = estimate_memory(job, job.training.gpu_type)
+    estimate = estimate or memory_estimate(job, values)
     log(estimate.table())
     if estimate.warning():
         log(f"warning: {estimate.warning()}")

@@ -13,6 +13,7 @@ import sys
 from utils.cli import parse_job, run_main
 from workload_generator.entry import (
     build_timed_workload,
+    memory_estimate,
     prepare_output,
     refuse_visual,
     report_memory,
@@ -27,10 +28,11 @@ def main(argv: list[str] | None = None) -> int:
     refuse_visual(values, PROG)
     path, given = training_workload_path(job, values)
     prepare_output(path, values, PROG, given)  # before any work: a symbolic link or an input is refused at once
+    memory = memory_estimate(job, values)  # (before the file: a job it refuses writes nothing)
     workload = build_timed_workload(job, values)  # --aiob_enable / --comp_filepath / --compute_source fill the times
     workload.dump(path)
     print(f"Workload file generated: {path} ({len(workload)} items, pipeline rank {job.parallel.pp_rank})")
-    report_memory(job, values)
+    report_memory(job, values, estimate=memory)
     return 0
 
 

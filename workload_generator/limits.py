@@ -64,8 +64,9 @@ def megatron_items(job: JobConfig, stages: list[int] | None = None) -> int:
     """Estimated items of ``--epoch_num`` iterations of the given pipeline ranks (default every rank): one
     transformer layer of each kind (dense, MoE) and each chunk's embedding and output layer are built and
     counted; get_batch, pipeline transfers and the step are allowances."""
-    from mocked_model.megatron import MegatronChunk, TransformerLayer
+    from mocked_model.megatron import MegatronChunk, TransformerLayer, VocabEmbedding, VocabParallelLoss
     from mocked_model.megatron_layers import MegatronContext
+    from mocked_model.mtp import MTPLayer, MTPLoss
 
     p, model = job.parallel, job.model
     ctx = MegatronContext.of(job)
@@ -75,6 +76,14 @@ def megatron_items(job: JobConfig, stages: list[int] | None = None) -> int:
         offsets.append(offsets[-1] + n)
     dense_layers = model.n_dense_layers if model.is_moe else model.num_layers
     cache: dict[object, int] = {}
+    # MTP layers per virtual stage (the layout's m, else all on the last), each counted once and multiplied:
+    # building --mtp_num_layers 1e9 of them to count them ran out of memory
+    mtp_at = [0] * len(counts)
+    if model.mtp_num_layers:
+        if p.layout is not None:
+            mtp_at = p.layout.mtp()
+        else:
+            mtp_at[-1] = model.mtp_num_layers
 
     def counted(key: object, build) -> int:
         if key not in cache:
@@ -92,11 +101,18 @@ def megatron_items(job: JobConfig, stages: list[int] | None = None) -> int:
             if moe:
                 micro += moe * counted("moe", lambda: TransformerLayer(ctx, job, dense_layers))
             if pre or post:
-                ends = lambda first=first, pre=pre, post=post: MegatronChunk(job, first, 0, pre, post, ctx)  # noqa: E731
+                ends = lambda first=first, pre=pre, post=post: MegatronChunk(job, first, 0, pre, post, ctx,  # noqa: E731
+                                                                             mtp_layers=0, mtp_losses=0)
                 micro += counted((pre, post), ends)
                 micro += 5 if ctx.tp > 1 else 0  # get_batch's broadcasts
+            if mtp_at[u]:
+                micro += mtp_at[u] * counted("mtp", lambda: MTPLayer(ctx, job, 0, VocabEmbedding(ctx, job),
+                                                                     TransformerLayer))
+            if post and model.mtp_num_layers:
+                micro += model.mtp_num_layers * counted("mtp_loss", lambda: MTPLoss(
+                    ctx, job, 0, VocabParallelLoss(ctx, job.padded_vocab_size // ctx.tp)))
             micro += 10 if p.pp > 1 else 0  # p2p: up to two batched send/receive pairs per forward and backward, gathers
-            layers += count
+            layers += count + mtp_at[u]  # (an MTP layer is a transformer layer's parameters, buckets and modules)
         step = 2 * layers + 32  # gradient buckets (at most about one per layer), norms, the optimizer
         total += job.training.epoch_num * (p.ga * micro + step) + 16
     return total
@@ -122,8 +138,9 @@ def check_megatron(job: JobConfig, stages: list[int] | None = None) -> None:
     items = megatron_items(job, stages)
     what = (f"the workload of pipeline rank {stages[0]}" if stages is not None and len(stages) == 1
             else f"the whole job ({job.parallel.pp} pipeline stages)")
+    mtp = f", --mtp_num_layers ({job.model.mtp_num_layers:,})" if job.model.mtp_num_layers else ""
     drivers = (f"--global_batch ({job.parallel.ga:,} micro-batches per iteration), --num_layers "
-               f"({job.model.num_layers:,}) or --epoch_num ({job.training.epoch_num:,})")
+               f"({job.model.num_layers:,}){mtp} or --epoch_num ({job.training.epoch_num:,})")
     limit = limit_of(job)
     check_items(items, limit, what, drivers)
     steps = megatron_steps(job, stages)
@@ -131,6 +148,17 @@ def check_megatron(job: JobConfig, stages: list[int] | None = None) -> None:
         raise ConfigError(f"{what} would walk about {steps:,} pipeline-schedule steps (for at most {items:,} items), "
                           f"above the limit of {limit:,} (--max_items): lower {drivers}, or raise --max_items if "
                           "the machine has the memory for it")
+
+
+def check_mtp(job: JobConfig) -> None:
+    """:func:`check_megatron` for the pipeline ranks that hold MTP layers: what builds a job's every stage without
+    generating it (the memory estimate, :func:`mocked_model.memory.megatron_stage_shapes`, builds each MTP layer) calls
+    it first, since a rank's own check covers that rank only (``--mtp_num_layers 1e9`` ran out of memory there)."""
+    if not job.model.mtp_num_layers or job.training.frame not in ("Megatron", "DeepSeek"):
+        return
+    from mocked_model.mtp import chunk_mtp_layers
+
+    check_megatron(job, [r for r in range(job.parallel.pp) if any(chunk_mtp_layers(job, r))])
 
 
 # ---- DeepSpeed, the sweep, inference -------------------------------------------------------------------

@@ -79,6 +79,9 @@ class SearchCache:
         key = _split_key(job)
         shapes = self._shapes.get(key)
         if shapes is None:
+            from workload_generator.limits import check_mtp
+
+            check_mtp(job)  # (the shapes build each MTP layer: --mtp_num_layers 1e9 ran out of memory)
             shapes = self._shapes[key] = megatron_stage_shapes(job)
         return shapes
 

@@ -17,8 +17,9 @@ import math
 import os
 from typing import Any
 
-from simulator.search.space import LAYOUT_FIELDS, Layout
+from simulator.search.space import LAYOUT_FIELDS, RECOMPUTE, Layout
 from utils.errors import FormatError
+from utils.parallel import ORDERS
 
 FORMAT = "simulator-search-3"
 """The CSV layout's version, part of every fingerprint: rows of an older layout are another job's."""
@@ -33,6 +34,12 @@ POSITIVE = ("iteration_s", "tokens_per_s_per_gpu", "memory_gib", "world_size")
 """Columns a row must hold a positive finite number in."""
 INTEGER = ("tp", "pp", "dp", "ep", "vpp", "micro_batch", "cp", "etp", "world_size", "first_stage_layers",
            "last_stage_layers")
+AT_LEAST_ONE = ("tp", "pp", "dp", "ep", "vpp", "micro_batch", "cp", "world_size")
+"""Integer columns of sizes (>= 1); the others (``etp``, the uneven stages' layers) may be 0."""
+BOOLEAN = ("sequence_parallel", "distributed_optimizer", "tp_comm_overlap", "overlap_param_gather")
+NON_NEGATIVE = tuple(f for f in HEADER if f not in (*INTEGER, *BOOLEAN, "recompute", "order", "gpu_type", "topology",
+                                                    "job", *POSITIVE))
+"""Number columns that may be 0 (a time, a ratio) or empty, never negative, NaN or infinite."""
 
 
 def fingerprint(flags: dict[str, Any], gpu: str, topology: str) -> str:
@@ -99,9 +106,13 @@ def layout_key(row: dict[str, Any]) -> tuple:
     return tuple(str(row.get(f, "")) for f in LAYOUT_FIELDS) + (str(row.get("gpu_type", "")), str(row.get("topology", "")))
 
 
-def read_rows(path: str, jobs: set[str]) -> list[dict[str, Any]]:
-    """Rows of an earlier search's CSV for ``--resume``; ``jobs``: the fingerprints of this search's points.
-    Raises :class:`FormatError` (file and line) on anything it cannot trust."""
+def read_rows(path: str, jobs: set[str] | dict[str, set[tuple[str, str]]]) -> list[dict[str, Any]]:
+    """Rows of an earlier search's CSV for ``--resume``; ``jobs``: the fingerprints of this search's points (or each
+    fingerprint -> the (GPU type, topology) pairs its points name in the CSV, which a row must then name too; a GPU
+    type None: any, the point's GPU being a ``--gpu_spec`` file).
+    Raises :class:`FormatError` (file and line) on anything it cannot trust: besides what the module docstring
+    lists, a number column that is NaN, infinite or negative, a size below 1, a world size that is not tp x pp x dp x
+    cp, a recomputation, rank order or yes/no cell the search never writes."""
     from utils.io import read_text
 
     text = read_text(path, "a search CSV (python -m simulator search -o)")
@@ -134,9 +145,34 @@ def read_rows(path: str, jobs: set[str]) -> list[dict[str, Any]]:
                 value = math.nan
             if not (math.isfinite(value) and value > 0):
                 raise FormatError(path, f"{name} {row[name]!r} is not a positive number", line=number)
+        named = jobs.get(row["job"]) if isinstance(jobs, dict) else None
+        if named is not None and not {(row["gpu_type"], row["topology"]), (None, row["topology"])} & named:
+            points = ", ".join(f"{g or 'the --gpu_spec GPU'} on {t}" for g, t in sorted(named, key=str))
+            raise FormatError(path, f"gpu_type {row['gpu_type']!r} on topology {row['topology']!r} is not what its "
+                              f"fingerprint {row['job']} names ({points}): an edited row; delete it to resume", line=number)
+        for name in NON_NEGATIVE:
+            try:
+                value = float(row[name]) if row[name] != "" else 0.0
+            except ValueError:
+                value = math.nan
+            if not (math.isfinite(value) and value >= 0):
+                raise FormatError(path, f"{name} {row[name]!r} is not a number >= 0", line=number)
         for name in INTEGER:
-            if not row[name].lstrip("-").isdigit():
-                raise FormatError(path, f"{name} {row[name]!r} is not an integer", line=number)
+            if not (row[name].isascii() and row[name].isdigit()):
+                raise FormatError(path, f"{name} {row[name]!r} is not an integer >= 0", line=number)
+            if name in AT_LEAST_ONE and int(row[name]) < 1:
+                raise FormatError(path, f"{name} {row[name]!r} is not a size (1 or more)", line=number)
+        sizes = [int(row[name]) for name in ("tp", "pp", "dp", "cp")]
+        if sizes[0] * sizes[1] * sizes[2] * sizes[3] != int(row["world_size"]):
+            raise FormatError(path, f"world_size {row['world_size']} is not tp x pp x dp x cp = "
+                              f"{' x '.join(map(str, sizes))}", line=number)
+        for name, allowed in ((n, ("True", "False")) for n in BOOLEAN):
+            if row[name] not in allowed:
+                raise FormatError(path, f"{name} {row[name]!r} is not True or False", line=number)
+        if row["recompute"] not in RECOMPUTE:
+            raise FormatError(path, f"recompute {row['recompute']!r} is not one of {', '.join(RECOMPUTE)}", line=number)
+        if row["order"] not in ORDERS:
+            raise FormatError(path, f"order {row['order']!r} is not one of {', '.join(ORDERS)}", line=number)
         key = layout_key(row)
         if key in seen:
             raise FormatError(path, f"the layout of line {seen[key]} again (a row listed twice)", line=number)

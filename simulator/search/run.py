@@ -335,8 +335,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 identities[point.path] = topology_identity(point.path if args.topology else None,
                                                            None if args.topology else f"{point.topology} -g {point.world}")
             point.job = fingerprint(base, point.gpu, identities[point.path])
-        rank_files = _guard_rank_files(args, base, len(found_points))
-        done_rows = read_rows(args.output, {p.job for p in found_points}) \
+        rank_files = _guard_rank_files(args, base, len(found_points), count)
+        named: dict[str, set[tuple[str | None, str]]] = {}
+        for p in found_points:  # (a --gpu_spec FILE's rows carry the spec's GPU name, not the file's)
+            named.setdefault(p.job, set()).add((None if os.path.isfile(p.gpu) else p.gpu, p.topology))
+        done_rows = read_rows(args.output, named) \
             if args.resume and os.path.exists(args.output) else []
         local = LocalPool(jobs) if not args.ray and jobs > 1 else None
         # the Ray cluster is reached before anything is planned or written: an address that does not answer is one
@@ -359,15 +362,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _guard_rank_files(args: argparse.Namespace, base: dict[str, Any], npoints: int) -> list[str]:
+def _guard_rank_files(args: argparse.Namespace, base: dict[str, Any], npoints: int, layouts: int) -> list[str]:
     """With ``--placement search``: the rank files every point's placed layouts may write, each checked (as
-    :func:`_guard_outputs` checks the others) before anything is simulated."""
+    :func:`_guard_outputs` checks the others) before anything is simulated.  A point places at most its
+    ``layouts`` (the space's size): a ``--placement_top`` above it names no more files than that (or the default
+    top's), where 1e12 ran out of memory."""
     if args.placement != "search":
         return []
     from simulator.search.placed import output_paths
     from utils.io import OutputError, guard_output
 
-    csv_path, paths = output_paths(args.output, (args.placement_top or PLACEMENT_TOP) * npoints)
+    top = min(args.placement_top or PLACEMENT_TOP, max(layouts, PLACEMENT_TOP))
+    csv_path, paths = output_paths(args.output, top * npoints)
     inputs = {"-t/--topology": args.topology, "--comp_filepath": base.get("comp_filepath"),
               "--gpu_spec": base.get("gpu_spec"), "-o/--output": args.output, "--plot": args.plot, "--html": args.html,
               "--placement search's CSV": csv_path}

@@ -291,6 +291,8 @@ def check_space(values: dict[str, Any]) -> Space:
         text = values.get(name)
         if text is None:
             return None
+        if str(text).strip() and not all(v.strip() for v in str(text).split(",")):  # (as --gpu_type: '2,,4' was 2,4)
+            raise ConfigError(f"--{name} {text!r}: an empty item in the list")
         try:
             out = tuple(int(v) for v in str(text).split(",") if v.strip())
         except ValueError:

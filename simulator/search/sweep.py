@@ -15,6 +15,7 @@ iteration time against that cost (no other layout is both faster and cheaper).
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 from dataclasses import dataclass, field
@@ -69,7 +70,9 @@ def gpu_types(text: str | None) -> list[str]:
 
 
 def worlds(text: str) -> list[int]:
-    """``--world_size``: a GPU count or a comma list of counts."""
+    """``--world_size``: a GPU count or a comma list of counts (an empty item refused, as ``--gpu_type``'s)."""
+    if text.strip() and not all(v.strip() for v in text.split(",")):
+        raise ConfigError(f"--world_size {text!r}: an empty count in the list")
     try:
         values = sorted({int(v) for v in text.split(",") if v.strip()})
     except ValueError:
@@ -115,12 +118,20 @@ def points(topology: str | None, templates: list[str] | None, gpus: list[str], s
                 # the point's GPU in the file (its nominal NVLink rate), unless the flags name one or it is a spec file
                 own = flags if _names_gpu(flags) or os.path.isfile(gpu) else [*flags, "-gt", gpu]
                 path = os.path.join(folder, f"topology_{index}_{gpu}_{world}.txt")
+                said = io.StringIO()
                 with open(os.devnull, "w") as sink:
-                    saved, sys.stdout = sys.stdout, sink
+                    saved, sys.stdout, saved_err, sys.stderr = sys.stdout, sink, sys.stderr, said
                     try:
                         topo_main([*own, "-g", str(world), "-o", path])
+                    except SystemExit as exc:  # topo.gen's parser: -h (exit 0, which ended the search silently), a bad flag
+                        lines = said.getvalue().strip().splitlines()
+                        why = lines[-1].removeprefix("topo.gen: error: ") if exc.code and lines else \
+                            "takes topo.gen's flags for a topology (-h/--help prints none)"
+                        raise ConfigError(f"--topo_gen {text!r}: {why}") from None
                     finally:
-                        sys.stdout = saved
+                        sys.stdout, sys.stderr = saved, saved_err
+                if said.getvalue():
+                    sys.stderr.write(said.getvalue())  # topo.gen's warnings
                 out.append(Point(gpu, world, text.strip(), path, flags={"gpu_type": gpu}))
     return out
 
