@@ -216,8 +216,11 @@ def _expected_rows(path: str) -> int:
 @contextmanager
 def open_text(path: str, expected: str) -> Iterator[Any]:
     """``path`` opened as UTF-8 text; reading errors become one :class:`FormatError` naming the file."""
+    from utils.io import refuse_device
+
     try:
         with open(path, newline="", encoding="utf-8") as handle:
+            refuse_device(path, expected, handle)
             yield handle
     except OSError as exc:
         raise FormatError(path, f"cannot read: {exc.strerror}") from None

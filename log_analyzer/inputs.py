@@ -27,7 +27,10 @@ class Input:
 def load_input(path: str | os.PathLike, want: tuple[str, ...] = ("log", "workload", "sim")) -> Input:
     """Detect the file's kind and load it; ``want`` lists the acceptable kinds (``log``,
     ``workload``, ``sim``) and any other ends with a message saying what was expected."""
+    from utils.io import refuse_device
+
     path = os.fspath(path)
+    refuse_device(path, "a replay log, an AICB workload CSV or a simulator result")  # /dev/zero has no first line
     kind = detect_kind(path)
     kind = "sim" if kind in SIM_KINDS else kind
     if kind not in want:

@@ -222,3 +222,37 @@ def test_guard_output_refuses_a_path_under_a_file(tmp_path):
         with pytest.raises(OutputError, match="plain.txt is a file, not a folder"):
             guard_output(str(path), None, "-o/--output")
     assert guard_output(str(tmp_path / "new" / "dir" / "out.txt"), None) == str(tmp_path / "new" / "dir" / "out.txt")
+
+
+# ---- a device given as an input file -------------------------------------------------------------------------
+
+def _capped() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))  # before the fix: /dev/zero read until memory ran out
+
+
+EXAMPLE_WORKLOAD = str(ROOT / "tests" / "data" / "examples" / "simai_workload_analytical.txt")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="needs /dev/zero")
+@pytest.mark.parametrize("args, expected", [
+    (("-m", "simulator", "-w", "/dev/zero", "-g_p_s", "8"), "a SimAI workload"),
+    (("-m", "simulator", "-t", "/dev/zero", "--model_name", "llama3_8B", "--world_size", "8", "--global_batch", "8",
+      "--gpu_type", "H100"), "a SimAI topology"),
+    (("-m", "simulator", "-w", EXAMPLE_WORKLOAD, "-g", "9216", "-g_p_s", "8", "-n_p_s", "8", "-busbw", "/dev/zero"),
+     "SimAI's busbw.yaml"),
+    (("-m", "log_analyzer", "report", "/dev/zero", "-o", "r.html"), "a replay log"),
+    (("-m", "workload_generator.SimAI_inference_workload_generator", "DeepSeek-671B", "/dev/zero", "--world_size", "8",
+      "--expert_model_parallel_size", "8", "--gpu_type", "H200", "-o", "x.txt"), "an inference config"),
+])
+def test_a_device_as_an_input_is_one_line(tmp_path, args, expected):
+    """``/dev/zero`` as a workload, topology, busbw.yaml, log or model config: read until memory ran out (a
+    MemoryError traceback, or the machine's OOM killer); now one line naming it, exit 2, nothing written."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONDONTWRITEBYTECODE="1")
+    done = subprocess.run([sys.executable, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+                          preexec_fn=_capped)
+    assert done.returncode == 2, done.stderr[-2000:]
+    (line,) = done.stderr.splitlines()
+    assert "/dev/zero: a device, not a file (expected " + expected in line, line
+    assert os.listdir(tmp_path) == []

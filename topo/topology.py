@@ -36,7 +36,7 @@ from topo.node_kinds import GPU, NVSWITCH, PACKET_SWITCH
 from topo.paths import Path, Router
 from topo.units import bytes_per_s, parse_bandwidth, parse_error_rate, parse_latency
 from utils.errors import FormatError
-from utils.io import atomic_write, read_text
+from utils.io import atomic_write, read_text, refuse_device
 
 HEADER_FIELDS = ("total_nodes", "gpus_per_server", "nvswitch_count", "other_switch_count", "link_count", "gpu_type")
 LINK_FIELDS = ("src", "dst", "bandwidth", "latency", "error_rate")
@@ -467,6 +467,7 @@ def _components(topo: Topology, max_level: int | None) -> int:
 def read_topology(path: str | os.PathLike) -> Topology:
     """Read a SimAI topology file.  Raises :class:`FormatError` (file, line, field) on bad content."""
     name = os.fspath(path)
+    refuse_device(name, "a SimAI topology")
     try:
         with open(name, "rb") as handle:
             data = handle.read()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -350,12 +351,26 @@ def _why(directory: str, exc: OSError) -> str:
     return exc.strerror or str(exc)
 
 
+def refuse_device(path: str | os.PathLike, expected: str, handle: IO | None = None) -> None:
+    """Refuse a character or block device (``/dev/zero``, ``/dev/urandom``: endless bytes that a reader would hold
+    until memory runs out) with a :class:`FormatError`; a pipe (``-w <(...)``) is read as a file.  ``handle``: the
+    open file to check (else the path is stat'ed; a path that cannot be stat'ed is left to the reader's error)."""
+    try:
+        mode = os.fstat(handle.fileno()).st_mode if handle is not None else os.stat(path).st_mode
+    except OSError:
+        return
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        raise FormatError(os.fspath(path), f"a device, not a file (expected {expected})")
+
+
 def read_text(path: str | os.PathLike, expected: str, what: str = "") -> str:
     """The whole text of a UTF-8 file (line ends as written), or a :class:`FormatError` naming it:
-    ``cannot read[ what]: <reason>`` or ``not a text file (expected <expected>)``."""
+    ``cannot read[ what]: <reason>``, ``not a text file (expected <expected>)`` or, for a device such as
+    ``/dev/zero``, ``a device, not a file``."""
     path = os.fspath(path)
     try:
         with open(path, encoding="utf-8", newline="") as handle:
+            refuse_device(path, expected, handle)
             return handle.read()
     except OSError as exc:
         raise FormatError(path, f"cannot read{' ' + what if what else ''}: {exc.strerror}") from None
@@ -373,6 +388,7 @@ def read_lines(path: str | os.PathLike, expected: str, what: str = "") -> Iterat
         # newline="" ends lines at \n, \r and \r\n only, so every chunk ends where splitlines() would
         # end a line too; splitting each chunk gives the other separators splitlines() knows.
         with open(path, encoding="utf-8", newline="") as handle:
+            refuse_device(path, expected, handle)
             for chunk in handle:
                 yield from chunk.splitlines()
     except OSError as exc:

@@ -54,6 +54,9 @@ def topology_identity(path: str | None, generated: str | None = None) -> str:
     flags a generated one came from."""
     if generated is not None:
         return "gen:" + generated
+    from utils.io import refuse_device
+
+    refuse_device(path or "", "a SimAI topology")  # /dev/zero would be hashed forever
     digest = hashlib.sha256()
     with open(path or "", "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):

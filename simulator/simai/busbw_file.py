@@ -48,9 +48,12 @@ class BusbwFile:
 
     @classmethod
     def read(cls, path: str | os.PathLike) -> BusbwFile:
+        from utils.io import refuse_device
+
         path = os.fspath(path)
         try:
             with open(path, encoding="utf-8") as handle:
+                refuse_device(path, "SimAI's busbw.yaml", handle)
                 text = handle.read()
         except FileNotFoundError:
             raise ConfigError(f"-busbw {path}: no such file") from None
