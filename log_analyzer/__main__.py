@@ -21,6 +21,8 @@ from utils.cli import CliParser, run_main
 from utils.errors import ConfigError, UserError
 
 PROG = "log_analyzer"
+MAX_NOMINAL_GBPS = 1e6
+"""The largest ``--nominal_gbps`` taken (GB/s): a reference line beyond any link is a typo."""
 
 
 def _positive(text: str) -> float:
@@ -30,6 +32,9 @@ def _positive(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a bandwidth in GB/s, got {text!r}") from None
     if not value > 0:
         raise argparse.ArgumentTypeError(f"expected a bandwidth > 0 GB/s, got {text!r}")
+    if not value <= MAX_NOMINAL_GBPS:  # inf too: 1e308 GB/s overflowed the plot's axis ticks (a traceback)
+        raise argparse.ArgumentTypeError(f"expected a bandwidth up to {MAX_NOMINAL_GBPS:g} GB/s (a petabyte a second, "
+                                         f"beyond any link), got {text!r}")
     return value
 
 
@@ -132,6 +137,8 @@ def _guard(outputs: dict[str, str | None], inputs: dict[str, str | None]) -> Non
 
 
 def _check_output(path: str, folder: bool = False) -> None:
+    if not path:  # an empty -o would write beside the input or into the working folder without a word
+        raise ConfigError(f"-o/--output: empty path (give a {'folder' if folder else 'file'} name)")
     if folder:
         if os.path.exists(path) and not os.path.isdir(path):
             raise ConfigError(f"-o/--output {path}: exists and is not a folder")
@@ -142,7 +149,7 @@ def _check_output(path: str, folder: bool = False) -> None:
 def cmd_report(args: argparse.Namespace) -> int:
     from log_analyzer.report import build_report
 
-    output = args.output or os.path.splitext(args.input)[0] + "_report.html"
+    output = args.output if args.output is not None else os.path.splitext(args.input)[0] + "_report.html"
     _check_output(output)
     _guard({"-o/--output": output}, {"the input file": args.input, "--sim": args.sim, "--topology": args.topology})
     sim = None
@@ -200,9 +207,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from log_analyzer.compare import compare_csv_text, compare_html, compare_iterations, compare_logs, format_compare
     from log_analyzer.inputs import load_input
 
-    for path in (args.output, args.html):
-        if path:
+    for flag, path in (("-o/--output", args.output), ("--html", args.html)):
+        if path is not None:
+            if not path:
+                raise ConfigError(f"{flag}: empty path (give a file name)")
             _check_output(path)
+    if args.output and args.html and os.path.realpath(args.output) == os.path.realpath(args.html):
+        raise ConfigError(f"-o/--output {args.output} and --html {args.html} are one file: the page would replace the "
+                          "table (give two names)")
+    if any(not label.strip() for label in args.labels):
+        raise ConfigError(f"--labels {' '.join(repr(v) for v in args.labels)}: expected two names (not empty)")
     _guard({"-o/--output": args.output, "--html": args.html}, {"the first log": args.a, "the second log": args.b,
                                                                "--topology": args.topology})
     a = load_input(args.a, ("log",)).data

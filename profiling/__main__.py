@@ -22,7 +22,7 @@ import os
 import sys
 from typing import Any
 
-from utils.cli import CliParser, add_job_flags, positive_int, positive_number, run_main
+from utils.cli import CliParser, add_job_flags, non_negative_int, positive_int, positive_number, run_main
 from utils.errors import ConfigError
 from utils.units import parse_size
 
@@ -40,6 +40,22 @@ def size(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive size, got {text!r}")
     return value
+
+
+MAX_CALLS = 100_000
+"""The most timed or warm-up calls per point (``--iters``, ``--warmup``, ``--samples``): more is a typo that
+would run for days."""
+
+
+def calls(minimum: int) -> Any:
+    """argparse type: a count of calls per point, ``minimum`` to :data:`MAX_CALLS`."""
+    def parse(text: str) -> int:
+        value = (positive_int if minimum >= 1 else non_negative_int)(text)
+        if value > MAX_CALLS:
+            raise argparse.ArgumentTypeError(f"{text!r} calls per point is more than {MAX_CALLS} (bounded work)")
+        return value
+
+    return parse
 
 
 def int_list(text: str) -> list[int]:
@@ -79,8 +95,8 @@ def build_parser() -> CliParser:
                    "the world, and the world")
     n.add_argument("--ranks_per_node", "--ranks-per-node", type=positive_int, metavar="N",
                    help="ranks per node (default torchrun's LOCAL_WORLD_SIZE; smaller emulates nodes on one machine)")
-    n.add_argument("--iters", type=int, default=20, help="timed calls per point (default 20)")
-    n.add_argument("--warmup", type=int, default=5, help="untimed calls before them (default 5)")
+    n.add_argument("--iters", type=calls(1), default=20, help="timed calls per point (default 20)")
+    n.add_argument("--warmup", type=calls(0), default=5, help="untimed calls before them (default 5)")
     n.add_argument("--dtype", default="float32", help="element type (default float32, as nccl-tests)")
     n.add_argument("--backend", default="auto", choices=("auto", "nccl", "gloo"), help="default nccl with CUDA, else gloo")
     n.add_argument("--emulate", default="", help="operations to run on the replay's gloo emulations (comma-separated)")
@@ -97,8 +113,8 @@ def build_parser() -> CliParser:
     c.add_argument("--gemm_m", "--gemm-m", metavar="M,M", help="a GEMM grid instead of a job: rows (tokens)")
     c.add_argument("--gemm_n", "--gemm-n", metavar="N,N", help="output columns")
     c.add_argument("--gemm_k", "--gemm-k", metavar="K,K", help="inner dimension")
-    c.add_argument("--samples", type=positive_int, default=5, help="samples per operation (default 5)")
-    c.add_argument("--warmup", type=int, default=None, help="warm-up calls (default AIOB's: 5 on a GPU, 1 on a CPU)")
+    c.add_argument("--samples", type=calls(1), default=5, help="samples per operation (default 5)")
+    c.add_argument("--warmup", type=calls(0), default=None, help="warm-up calls (default AIOB's: 5 on a GPU, 1 on a CPU)")
     c.add_argument("--device", type=device, metavar="DEV", help="cuda, cuda:N or cpu (default: the GPU when there is "
                    "one)")
     c.add_argument("--allow_name_mismatch", "--allow-name-mismatch", action="store_true",

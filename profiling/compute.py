@@ -88,6 +88,12 @@ def op_spec(item: Any, job: Any) -> Any | None:
     return None
 
 
+MAX_GEMM_DIM = 2**31 - 1
+"""The largest ``--gemm_m/n/k`` taken (a tensor dimension a kernel indexes with 32 bits)."""
+MAX_GRID = 10_000
+"""The most GEMMs one ``--gemm_m/n/k`` grid times."""
+
+
 def gemm_grid(text_m: str, text_n: str, text_k: str) -> list[Any]:
     """Plain GEMM items for every ``m x n x k`` of three comma-separated lists."""
     from utils.workload import CommType, WorkItem
@@ -99,15 +105,28 @@ def gemm_grid(text_m: str, text_n: str, text_k: str) -> list[Any]:
             raise ConfigError(f"{flag} {text!r}: expected whole numbers separated by commas") from None
         if not out or min(out) < 1:
             raise ConfigError(f"{flag} {text!r}: expected positive whole numbers")
+        if max(out) > MAX_GEMM_DIM:
+            raise ConfigError(f"{flag} {max(out)}: more than {MAX_GEMM_DIM} (2^31 - 1), beyond any GEMM a device runs")
         return out
 
+    grid = [values(text_m, "--gemm_m"), values(text_n, "--gemm_n"), values(text_k, "--gemm_k")]
+    if len(grid[0]) * len(grid[1]) * len(grid[2]) > MAX_GRID:
+        raise ConfigError(f"--gemm_m/n/k: a grid of {len(grid[0]) * len(grid[1]) * len(grid[2])} GEMMs, more than "
+                          f"{MAX_GRID} (bounded work: split it into several runs)")
     items = []
-    for m in values(text_m, "--gemm_m"):
-        for n in values(text_n, "--gemm_n"):
-            for k in values(text_k, "--gemm_k"):
+    for m in grid[0]:
+        for n in grid[1]:
+            for k in grid[2]:
                 items.append(WorkItem(CommType.computation, stage="forward.gemm_grid", shapes=((m, 1, k), (k, n)),
                                       flops=2.0 * m * n * k, meta={"op": "gemm", "name": "gemm_grid"}))
     return items
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    """Whether a torch RuntimeError says an allocation failed (a CPU's ``DefaultCPUAllocator: can't allocate
+    memory`` is a plain RuntimeError, not ``torch.OutOfMemoryError``)."""
+    text = str(exc).lower()
+    return "allocate" in text or "out of memory" in text or "overflow" in text
 
 
 def measure(items: list[Any], job: Any, dtype: str = "bfloat16", device: Any = None, samples: int = 5,
@@ -146,7 +165,9 @@ def measure(items: list[Any], job: Any, dtype: str = "bfloat16", device: Any = N
             if spec.kind in ("linear", "experts"):
                 op.has_backward = False
             result = sample_op(op, clock, warm, samples)
-        except (torch.OutOfMemoryError, MemoryError) as exc:
+        except (torch.OutOfMemoryError, MemoryError, RuntimeError) as exc:
+            if not isinstance(exc, (torch.OutOfMemoryError, MemoryError)) and not _out_of_memory(exc):
+                raise
             raise ConfigError(f"{spec.kind} {spec.shape} does not fit in {device_label(device)}'s memory "
                               f"({type(exc).__name__})") from None
         scale = getattr(op, "scale", 1.0)

@@ -47,6 +47,22 @@ ROW_FIELDS: dict[str, dict[str, tuple[object, bool]]] = {
 }
 """Each section's numeric fields: (kind, required).  Times (us), rates (TFLOP/s, GB/s) and sizes must be positive
 finite numbers; sizes whole numbers.  ``null`` counts as absent for an optional field."""
+_BOUNDS = (("tflops", 1e5, "TFLOP/s, beyond any GPU"), ("gbps", 1e6, "GB/s, beyond any memory"),
+           ("speedup", 1e3, "times, beyond any kernel"), ("bytes", float(1 << 50), "bytes, beyond any GPU's memory"),
+           ("us", 1e10, "us, hours for one kernel call"))
+"""Largest value a field whose name ends so may hold (a sweep's rows are one GPU's kernels): a larger one is a
+broken file, and fitting it gave nonsense (a rate of 1e300 TFLOP/s ended in a math domain error)."""
+_MAX_DIM = 1 << 31
+"""Largest size (``m``, ``n``, ``k``, batch, heads, sequence, head dims) a sweep's row may hold."""
+
+
+def _bound(name: str, kind: object) -> tuple[float, str]:
+    if kind is _INT:
+        return float(_MAX_DIM), "(a tensor dimension beyond any kernel's)"
+    for tail, limit, why in _BOUNDS:
+        if name.endswith(tail):
+            return limit, why
+    return math.inf, ""
 
 
 @dataclass
@@ -131,6 +147,9 @@ def check_sweep(data: Any, path: str) -> None:
                 if not number or not math.isfinite(value) or value <= 0 or (kind is _INT and value != int(value)):
                     want = "a positive whole number" if kind is _INT else "a positive finite number"
                     raise FormatError(path, f"{where}: field {name!r} must be {want}, got {_text(value)}")
+                limit, why = _bound(name, kind)
+                if value > limit:
+                    raise FormatError(path, f"{where}: field {name!r} is {_text(value)}, more than {limit:g} {why}")
             if section == "sustained":
                 smi = row.get("smi", "")
                 if not isinstance(smi, str):
@@ -285,13 +304,18 @@ def run(args: Any) -> int:
     from utils.io import atomic_write, guard_output
 
     guard_output(args.output, {"KERNELS.json": args.kernels}, "-o")
+    if args.name is not None and (not args.name.strip() or args.name != args.name.strip()
+                                  or any(not c.isprintable() for c in args.name)):
+        raise ConfigError(f"--name {args.name!r}: expected the --gpu_type name the spec answers to (printable, no "
+                          "surrounding blanks)")
     base_entry(args.base)
     sweep = load_sweep(args.kernels)
     result = fit(sweep, args.base, args.name, args.kernels)
     text = spec_text(result, args.output)
+    summary = report(result)  # before the file is written: a sweep the report cannot describe writes nothing
     with atomic_write(args.output) as handle:
         handle.write(text)
-    print(report(result))
+    print(summary)
     print(f"wrote {args.output} (python -m simulator --gpu_spec {args.output} ...)")
     return 0
 

@@ -484,6 +484,9 @@ def _clock(smi: str) -> float | None:
 def _short(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"[:200]
 
+MAX_SUSTAINED_S = 3600.0
+"""The longest ``--sustained_s`` taken: a GPU's clock settles within a minute; days of probe are a typo."""
+
 
 def run(args: Any, argv: list[str]) -> int:
     """``python -m profiling kernels``: sweep, then write the JSON atomically (nothing written on an error)."""
@@ -500,6 +503,9 @@ def run(args: Any, argv: list[str]) -> int:
             raise ConfigError(f"profiling kernels needs torch (pip install '.[torch]'): {exc}") from None
         device = "cuda" if torch.cuda.is_available() else "cpu"
     sustained_s = args.sustained_s if args.sustained_s is not None else (2.0 if args.quick else 20.0)
+    if sustained_s > MAX_SUSTAINED_S:
+        raise ConfigError(f"--sustained_s {sustained_s:g}: more than {MAX_SUSTAINED_S:g} s (an hour) of the clock probe; "
+                          "the clock settles within a minute (default 20)")
     sweep = Sweep(device, args.quick, sustained_s)
     command = shlex.join(["python", "-m", "profiling", *argv])
     print(f"python -m profiling kernels: {sweep.device}{' (--quick)' if args.quick else ''} -> {output}", flush=True)

@@ -29,7 +29,8 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from simulator.profiles.db import network_row
+from simulator.profiles.db import MAX_ALGBW_GBPS, network_row
+from utils.cli_types import INT64_MAX
 from utils.errors import FormatError
 
 BINARIES = {"all_reduce_perf": "all_reduce", "all_gather_perf": "all_gather", "reduce_scatter_perf": "reduce_scatter",
@@ -118,6 +119,12 @@ def parse(text: str, path: str, kind: str | None = None, ranks: int | None = Non
             continue
         if time_us <= 0:
             raise FormatError(path, f"size {size}: time {cells[column]} us is not positive (bytes moved in no time)",
+                              line=number)
+        if size > INT64_MAX:
+            raise FormatError(path, f"size {size} is beyond the largest size taken ({INT64_MAX} bytes)", line=number)
+        if round(time_us, 4) <= 0 or not size / (time_us * 1e-6) / 1e9 <= MAX_ALGBW_GBPS:
+            raise FormatError(path, f"size {size}: a time of {cells[column]} us is too short (under 0.0001 us, or "
+                                    f"more than the {MAX_ALGBW_GBPS:g} GB/s any network moves): a broken time",
                               line=number)
         if size in seen:
             raise FormatError(path, f"size {size} again (one test per file)", line=number)

@@ -100,14 +100,28 @@ def parse_kinds(text: str) -> list[str]:
     return kinds
 
 
+def _env_int(name: str, default: int | None = None) -> int:
+    """torchrun's environment variable ``name`` as a whole number >= 0 (one line naming it otherwise)."""
+    text = os.environ.get(name)
+    if text is None and default is not None:
+        return default
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ConfigError(f"environment variable {name}={text!r}: expected a whole number >= 0 (torchrun sets it)")
+    return value
+
+
 def run(args: Any) -> int:
     """The sweep (``args`` from ``python -m profiling network``'s parser)."""
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
         raise ConfigError("profiling network measures collectives between processes: run it under torchrun, e.g. "
                           "torchrun --nproc_per_node 8 -m profiling network --network_device NAME -o DIR")
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    per_node = args.ranks_per_node or int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    rank, world = _env_int("RANK"), _env_int("WORLD_SIZE")
+    local_rank = _env_int("LOCAL_RANK", 0)
+    per_node = args.ranks_per_node or _env_int("LOCAL_WORLD_SIZE", world)
     if world < 2:
         raise ConfigError("profiling network needs at least 2 processes (torchrun --nproc_per_node N)")
     if per_node < 1 or world % per_node:

@@ -31,9 +31,9 @@ def write_visual(source: str, output: str | None = None, output_dir: str | None 
     from log_analyzer.report import build_report, write_report
     from utils.io import guard_output
 
-    path = output or visual_path(source, output_dir)
+    path = output if output is not None else visual_path(source, output_dir)
     inputs = {"the input file": read_paths(source)}
-    guard_output(path, inputs, "-o/--output" if output else "the page")  # before the page is built
+    guard_output(path, inputs, "-o/--output" if output is not None else "the page")  # before the page is built
     return write_report(build_report(source), path, inputs)
 
 

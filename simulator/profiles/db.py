@@ -65,6 +65,9 @@ MLP_COLUMNS = ("op", "phase", "dtype", "shapes", "variant", "m", "n", "k", "batc
 ATTENTION_COLUMNS = ("phase", "dtype", "impl", "batch", "heads", "kv_heads", "seq", "head_dim", "v_dim", "dropout",
                      "time_us")
 META_FILE = "profile.json"
+MAX_ALGBW_GBPS = 1e9
+"""The largest algbw (size_bytes / time_us, GB/s) a network row may imply: an exabyte a second, far beyond any
+link; a larger one is a broken time (``1e-300`` us made it infinite)."""
 GEMM_OPS = frozenset({"gemm", "dgrad", "wgrad"})
 """Computation ops whose time is one GEMM (their rows are ``op = gemm``)."""
 PHASES = ("forward", "backward", "step")
@@ -181,6 +184,11 @@ def read_network_file(path: str, kind: str) -> NetworkTable:
             raise FormatError(path, f"a send/recv has 2 ranks, got {n}", line=line, field="ranks")
         size = _int(path, line, row, "size_bytes", 1)
         time_us = _float(path, line, row, "time_us")
+        algbw = size / (time_us * 1e-6) / 1e9
+        if not algbw <= MAX_ALGBW_GBPS:  # also inf: 1e-300 us overflowed, and inf - inf passed the check below
+            raise FormatError(path, f"{size} bytes in {time_us:g} us is {algbw:.3g} GB/s, more than the "
+                                    f"{MAX_ALGBW_GBPS:g} GB/s any network moves (a broken time)", line=line,
+                              field="time_us")
         for name, factor in (("algbw_gbps", 1.0), ("busbw_gbps", busbw_factor("isend" if kind == "send_recv" else kind, n))):
             given = _float(path, line, row, name, positive=False)
             exact = size / (time_us * 1e-6) / 1e9 * factor
