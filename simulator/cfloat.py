@@ -15,9 +15,17 @@ import struct
 _F32 = struct.Struct("<f")
 
 
+F32_MAX = 3.4028234663852886e38
+"""The largest finite C ``float``: a bandwidth SimAI keeps in one can be no larger."""
+
+
 def f32(value: float) -> float:
-    """``value`` rounded to the nearest IEEE-754 single-precision number (ties to even)."""
-    return _F32.unpack(_F32.pack(value))[0]
+    """``value`` rounded to the nearest IEEE-754 single-precision number (ties to even); beyond the float range
+    +-inf, as C's conversion gives (``-nic 1e38`` x 8 NICs raised OverflowError here)."""
+    try:
+        return _F32.unpack(_F32.pack(value))[0]
+    except OverflowError:
+        return math.copysign(math.inf, value)
 
 
 def c_fixed(value: float, digits: int) -> str:

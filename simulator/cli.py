@@ -43,6 +43,17 @@ JOB_SKIP = ("output", "output_dir", "workload_only", "enable_visual", "pp_rank",
 """Generator flags that mean nothing to a simulation of the whole job."""
 
 
+def gibps(text: str) -> float:
+    """argparse type of a bandwidth in GiB/s (-nv, -nic, --pp_busbw): a finite number a C ``float`` holds (SimAI
+    keeps them so; ``-nv 1e300`` overflowed its float32 rounding); <= 0 keeps its meaning (the default)."""
+    from simulator.cfloat import F32_MAX
+
+    value = number(text)
+    if abs(value) > F32_MAX:
+        raise argparse.ArgumentTypeError(f"{text!r} GiB/s is beyond a C float (at most {F32_MAX:.3g}), as SimAI keeps it")
+    return value
+
+
 def build_parser(job_flags: bool = True) -> CliParser:
     """The argument parser (SimAI-analytical's flag names, then the generators' job flags unless
     ``job_flags`` is False)."""
@@ -70,9 +81,9 @@ def build_parser(job_flags: bool = True) -> CliParser:
     p.add_argument("-g", "--gpus", type=positive_int, metavar="N", help="number of GPUs (default: the workload's all_gpus)")
     p.add_argument("-g_p_s", "--gpus_per_server", "--gpus-per-server", type=positive_int, metavar="N", help="GPUs per server")
     p.add_argument("-n_p_s", "--nics_per_server", "--nics-per-server", type=positive_int, metavar="N", help="NICs per server")
-    p.add_argument("-nv", "--nvlink_bw", "--nvlink-bw", type=number, metavar="GIBPS",
+    p.add_argument("-nv", "--nvlink_bw", "--nvlink-bw", type=gibps, metavar="GIBPS",
                    help="NVLink busbw in GiB/s (default by GPU type; <= 0 also means the default)")
-    p.add_argument("-nic", "--nic_busbw", "--nic-busbw", type=number, metavar="GIBPS",
+    p.add_argument("-nic", "--nic_busbw", "--nic-busbw", type=gibps, metavar="GIBPS",
                    help="busbw of one NIC in GiB/s (default by NIC type; <= 0 also means the default)")
     p.add_argument("-g_type", "--gpu_type", "--gpu-type", metavar="TYPE", help="H100, H20, H800, A100 (default) or A800")
     p.add_argument("--gpu_spec", "--gpu-spec", metavar="FILE.json",
@@ -83,7 +94,7 @@ def build_parser(job_flags: bool = True) -> CliParser:
         p.add_argument(short, f"--{name}_overlap_ratio", f"--{name}-overlap-ratio", dest=f"{name}_overlap",
                        type=number, metavar="RATIO", default=default,
                        help=f"{name.upper()} overlap ratio in [0, 1] (default {default})")
-    p.add_argument("--pp_busbw", "--pp-busbw", type=number, metavar="GIBPS",
+    p.add_argument("--pp_busbw", "--pp-busbw", type=gibps, metavar="GIBPS",
                    help="busbw of the pipeline send in GiB/s for the PP exposed term (default: the DP group's "
                         "inter-node busbw; SimAI 1.7 divides by -pp_o there, a bug)")
     p.add_argument("-r", "--result", metavar="PREFIX",

@@ -188,8 +188,10 @@ def gpu_spec_type(path: str, gpu_type: str | None = None) -> str:
         raise ConfigError(f"--gpu_spec {path} names its GPU: give --gpu_spec or --gpu_type {gpu_type}, not both")
     if not path.lower().endswith(".json"):
         raise ConfigError(f"--gpu_spec {path}: a GPU spec file is JSON (its name ends in .json)")
+    from utils.io import not_a_file
+
     if not os.path.isfile(path):
-        raise ConfigError(f"--gpu_spec {path}: no such file")
+        raise ConfigError(f"--gpu_spec {path}: {not_a_file(path)}")
     return path
 
 
@@ -337,7 +339,32 @@ def job_from(values: dict[str, Any]) -> JobConfig:
         pipeline_layout=values["pipeline_model_parallel_layout"],
     )
     model = model_from(values) if values["frame"] != "collective_test" else ModelConfig()
-    return JobConfig(model=model, parallel=parallel, training=training)
+    job = JobConfig(model=model, parallel=parallel, training=training)
+    if values["frame"] != "collective_test":
+        _check_sizes(job)
+    return job
+
+
+def _check_sizes(job: JobConfig) -> None:
+    """Refuse a model whose byte counts leave 64 bits (the workload files hold sizes as int64, SimAI reads them
+    so): ``--hidden_size 9e18`` wrote messages of 10^40 bytes.  Bounds, not exact sizes: the weights of every
+    layer and the embeddings, and a micro-batch's widest activation, in 16 bytes an element (fp32 with
+    the optimizer's states)."""
+    from utils.cli_types import INT64_MAX
+
+    m = job.model
+    h, experts = m.hidden_size, max(m.num_experts or 1, 1)
+    attention = m.num_attention_heads * m.kv_channels
+    ffn = max(m.ffn_hidden_size or 0, m.moe_ffn_hidden_size or 0)
+    vocab = job.padded_vocab_size
+    weights = m.num_layers * (4 * h * max(attention, h) + 3 * h * ffn * experts) + 2 * vocab * h
+    activation = (job.parallel.micro_batch * job.training.seq_length * max(h, attention, ffn, vocab)
+                  * max(m.moe_router_topk, 1))
+    for what, elements in (("weights", weights), ("activations of a micro-batch", activation)):
+        if elements * 16 > INT64_MAX:
+            raise ConfigError(f"the model's {what} would be about {elements:.3g} elements, beyond the 64-bit byte counts "
+                              "a workload holds: lower --hidden_size, --ffn_hidden_size, --num_layers, --num_experts, "
+                              "--vocab_size, --seq_length or --micro_batch")
 
 
 def _global_batch(values: dict[str, Any]) -> int | None:

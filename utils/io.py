@@ -363,6 +363,20 @@ def refuse_device(path: str | os.PathLike, expected: str, handle: IO | None = No
         raise FormatError(os.fspath(path), f"a device, not a file (expected {expected})")
 
 
+def not_a_file(path: str | os.PathLike) -> str:
+    """Why ``path``, which ``os.path.isfile`` refused, is no input file: ``no such file``, ``a folder, not a
+    file``, ``a device, not a file`` (``/dev/zero``) or ``not a regular file`` (a pipe, a socket)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return "no such file"
+    if stat.S_ISDIR(mode):
+        return "a folder, not a file"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device, not a file"
+    return "not a regular file"
+
+
 def read_text(path: str | os.PathLike, expected: str, what: str = "") -> str:
     """The whole text of a UTF-8 file (line ends as written), or a :class:`FormatError` naming it:
     ``cannot read[ what]: <reason>``, ``not a text file (expected <expected>)`` or, for a device such as

@@ -295,8 +295,10 @@ def fill_job_times(items: Iterable[WorkItem], job: JobConfig, source: str, value
         path = t.comp_filepath or (values or {}).get("comp_filepath")
         if not path:
             raise ConfigError("--compute_source file needs --comp_filepath FILE")
+        from utils.io import not_a_file
+
         if not os.path.isfile(path):
-            raise ConfigError(f"--comp_filepath {path}: no such file")
+            raise ConfigError(f"--comp_filepath {path}: {not_a_file(path)}")
         compute = ComputeFile.read(path)
         report = fill_compute_times(items, source, compute=compute)
         report.compute_file = path

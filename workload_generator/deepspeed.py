@@ -273,6 +273,14 @@ class DeepSpeedZero12Workload(DeepSpeedWorkload):
         align = NCCL_START_ALIGNMENT * self.dp
         self.flat_numel = -(-self.num_params() // align) * align
         self.partition = self.flat_numel // self.dp
+        from workload_generator.limits import check_items, limit_of
+
+        # the step's all-gathers, one per shard of --allgather_bucket_size: --ffn_hidden_size 1e12 made billions
+        # (MemoryError), which the per-layer estimate of check_deepspeed does not see
+        shards = max(1, self.partition * self.dp // self.ds.allgather_bucket_size)
+        check_items(shards * job.training.epoch_num, limit_of(job), f"the ZeRO-{self.ds.stage} step's all-gathers",
+                    f"the model's size ({self.flat_numel:,} parameters), raise --allgather_bucket_size "
+                    f"({self.ds.allgather_bucket_size:,} elements)")
         self.offsets: list[int] = []
         offset = 0
         for n in self.numel:

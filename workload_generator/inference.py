@@ -180,8 +180,10 @@ def fill_inference_times(items: Iterable[WorkItem], job: InferenceJob, source: s
     if compute is None:
         if not comp_filepath:
             raise ConfigError("--compute_source file needs --comp_filepath FILE")
+        from utils.io import not_a_file
+
         if not os.path.isfile(comp_filepath):
-            raise ConfigError(f"--comp_filepath {comp_filepath}: no such file")
+            raise ConfigError(f"--comp_filepath {comp_filepath}: {not_a_file(comp_filepath)}")
         from mocked_model.aiob.compute_file import ComputeFile
 
         compute = ComputeFile.read(comp_filepath)

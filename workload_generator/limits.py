@@ -26,6 +26,10 @@ DEFAULT_MAX_ITEMS = 5_000_000
 row) and 1.5 GB of memory while it is written, or 15 s of ``--model topo`` simulation."""
 CSV_BYTES_PER_ITEM = 134
 """Mean row of the AICB workload CSV with computation items (GPT 7B, tp 8: 274,818,864 bytes, 2,054,009 rows)."""
+LAYER_ITEMS = 50
+"""Items' worth of memory and time one built Megatron transformer layer costs (about 13 KB and 0.15 ms: its
+modules, parameters and buckets, against some 300 bytes an item): a layer counts as at least this many, since
+``--num_layers 1e6`` at tensor parallelism 1 without computation items held 2 items and built 13 GB of layers."""
 PER_MICRO_BATCH = 32
 """Items of a DeepSpeed micro-batch or an inference step besides its layers, an allowance (the embedding, the
 output layer, the loss, pipeline transfers)."""
@@ -130,19 +134,45 @@ def megatron_steps(job: JobConfig, stages: list[int] | None = None) -> int:
     return (len(stages) if stages is not None else p.pp) * job.training.epoch_num * p.ga * per_micro
 
 
+def _megatron_what(job: JobConfig, stages: list[int] | None) -> tuple[str, str]:
+    """What a refused Megatron job would have built, and the flags that drive its size."""
+    what = (f"the workload of pipeline rank {stages[0]}" if stages is not None and len(stages) == 1
+            else f"the whole job ({job.parallel.pp} pipeline stages)")
+    mtp = f", --mtp_num_layers ({job.model.mtp_num_layers:,})" if job.model.mtp_num_layers else ""
+    drivers = (f"--global_batch ({job.parallel.ga:,} micro-batches per iteration), --num_layers "
+               f"({job.model.num_layers:,}){mtp} or --epoch_num ({job.training.epoch_num:,})")
+    return what, drivers
+
+
+def check_layers(job: JobConfig, stages: list[int] | None = None) -> None:
+    """Refuse a Megatron job whose given stages (default all) hold more transformer layers than ``--max_items``
+    allows at :data:`LAYER_ITEMS` each: the generators build (and the simulator's stage signatures walk) every
+    layer, whether or not it adds items.  Cheap: called before anything walks the layers."""
+    if job.training.frame not in ("Megatron", "DeepSeek"):
+        return
+    counts = job.parallel.virtual_stage_layers(job.model.num_layers)
+    built = sum(counts[u] for stage in (stages if stages is not None else range(job.parallel.pp))
+                for u in range(stage, len(counts), job.parallel.pp))
+    limit = limit_of(job)
+    if built * LAYER_ITEMS > limit:
+        what, drivers = _megatron_what(job, stages)
+        check_items(megatron_items(job, stages), limit, what, drivers)  # items over the limit too: say that first
+        raise ConfigError(f"{what} would build {built:,} transformer layers (about {format_size(built * 13_000)} of "
+                          f"memory; each counts as {LAYER_ITEMS} items), above the limit of {limit:,} (--max_items): "
+                          f"lower --num_layers ({job.model.num_layers:,}), or raise --max_items if the machine has the "
+                          "memory for it")
+
+
 def check_megatron(job: JobConfig, stages: list[int] | None = None) -> None:
     """Refuse a Megatron job whose workload (the given stages, or all: the simulator's whole job) is too big:
     its items, or the schedule steps that make them (:func:`megatron_steps`)."""
     if job.training.frame not in ("Megatron", "DeepSeek"):
         return
     items = megatron_items(job, stages)
-    what = (f"the workload of pipeline rank {stages[0]}" if stages is not None and len(stages) == 1
-            else f"the whole job ({job.parallel.pp} pipeline stages)")
-    mtp = f", --mtp_num_layers ({job.model.mtp_num_layers:,})" if job.model.mtp_num_layers else ""
-    drivers = (f"--global_batch ({job.parallel.ga:,} micro-batches per iteration), --num_layers "
-               f"({job.model.num_layers:,}){mtp} or --epoch_num ({job.training.epoch_num:,})")
+    what, drivers = _megatron_what(job, stages)
     limit = limit_of(job)
     check_items(items, limit, what, drivers)
+    check_layers(job, stages)
     steps = megatron_steps(job, stages)
     if steps > limit:
         raise ConfigError(f"{what} would walk about {steps:,} pipeline-schedule steps (for at most {items:,} items), "

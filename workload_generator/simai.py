@@ -80,8 +80,13 @@ _TOKEN_FIELDS = frozenset({"fwd_comm", "ig_comm", "wg_comm"})
 _STRING_POSITIONS = frozenset({0, 3, 6, 9})
 
 # A whole well-formed record line: 12 fields, ASCII digits where SimAI reads integers.
-_FIELD_PATTERNS = (r"(\S+)", r"(-?\d+)", r"(\d+)", r"(\S+)", r"(\d+)", r"(\d+)", r"(\S+)", r"(\d+)", r"(\d+)",
-                   r"(\S+)", r"(\d+)", r"(\d+)")
+_FIELD_PATTERNS = (r"(\S+)", r"(-?\d{1,18})", r"(\d{1,18})", r"(\S+)", r"(\d{1,18})", r"(\d{1,18})", r"(\S+)",
+                   r"(\d{1,18})", r"(\d{1,18})", r"(\S+)", r"(\d{1,18})", r"(\d{1,18})")
+"""A well-formed record's fields; numbers of at most 18 digits (below int64's limit), so that a longer one
+takes :func:`_convert`, which checks it against :data:`UINT64_MAX`."""
+UINT64_MAX = 2**64 - 1
+"""The largest time or size a record holds (and ``dependency``'s magnitude): SimAI reads them into 64-bit
+integers (``1e22`` ns overflowed them there and was simulated here as 300,000 years)."""
 
 
 @lru_cache(maxsize=2)
@@ -579,7 +584,12 @@ def _convert(tokens: Sequence[str], token_lines: Sequence[int], path: str, stric
                 raise FormatError(path, f"unknown per-layer policy {token!r}", line=token_lines[position], field=name)
             values.append(token)
         elif (_INT_RE if name == "dependency" else _UINT_RE).fullmatch(token):
-            values.append(int(token))
+            value = int(token)
+            if abs(value) > UINT64_MAX:
+                unit = " ns" if name.endswith("_ns") else " bytes" if name.endswith("_bytes") else ""
+                raise FormatError(path, f"{token}{unit} is beyond the largest value a SimAI record holds ({UINT64_MAX:,}, "
+                                  "a 64-bit integer)", line=token_lines[position], field=name)
+            values.append(value)
         else:
             what = "an integer" if name == "dependency" else "a non-negative integer"
             unit = " (ns)" if name.endswith("_ns") else " (bytes)" if name.endswith("_bytes") else ""

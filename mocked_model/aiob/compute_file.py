@@ -33,6 +33,10 @@ from dataclasses import dataclass, field
 from utils.errors import FormatError
 from utils.io import atomic_write, read_text
 
+MAX_TIME_US = (2**63 - 1) // 1000
+"""The longest compute time a file may give (us): workloads hold times as 64-bit integers of ns, so ``1e300`` was
+written into a SimAI file as a 301-digit number."""
+
 # Forward section of each operation (by the suffix of the mocked module's name) and its backward
 # section in our files.
 FORWARD_SECTIONS: tuple[tuple[str, str, str], ...] = (
@@ -201,6 +205,9 @@ class ComputeFile:
                     if not math.isfinite(times[key]) or times[key] < 0:
                         raise FormatError(path, f"expected a time in microseconds (a finite number >= 0), got "
                                           f"{values[key]!r}", line=line, field=f"{name}.{key}")
+                    if times[key] > MAX_TIME_US:
+                        raise FormatError(path, f"{values[key]} us is beyond the longest time a workload holds "
+                                          f"({MAX_TIME_US:,} us: 2^63 ns)", line=line, field=f"{name}.{key}")
             if "time_gpu_avg" not in times:
                 out.without_average[name] = lines[name]
                 continue  # e.g. AICB's inference files carry other sections

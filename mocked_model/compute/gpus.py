@@ -27,8 +27,10 @@ def gpu_spec(name: str | GPUSpec | None) -> GPUSpec:
     if not name:
         raise ConfigError("the compute model needs --gpu_type (one of " + ", ".join(GPUS) + ") or --gpu_spec FILE")
     if is_spec_file(name):
+        from utils.io import not_a_file
+
         if not os.path.isfile(name):
-            raise ConfigError(f"--gpu_spec {name}: no such file")
+            raise ConfigError(f"--gpu_spec {name}: {not_a_file(name)}")
         stat = os.stat(name)
         key = (os.path.abspath(name), stat.st_mtime, stat.st_size)
         if key not in _FILES:

@@ -160,8 +160,10 @@ def spec_to_dict(spec: GPUSpec, base: str | None = None) -> dict[str, Any]:
 
 def load_gpu_spec(path: str) -> GPUSpec:
     """Read and check a spec file (one :class:`FormatError` naming the file and the field when it is wrong)."""
+    from utils.io import not_a_file
+
     if not os.path.isfile(path):
-        raise ConfigError(f"--gpu_spec {path}: no such file")
+        raise ConfigError(f"--gpu_spec {path}: {not_a_file(path)}")
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from simulator.cfloat import f32
+from simulator.cfloat import F32_MAX, f32
 from utils.errors import ConfigError, FormatError
 
 SECTIONS = ("TP", "DP", "EP", "PP")
@@ -91,10 +91,14 @@ class BusbwFile:
                 value = None
             else:
                 try:
-                    value = f32(float(token))
+                    value = float(token)
                 except ValueError:
                     raise FormatError(path, f"expected a bandwidth in GiB/s or null, got {token!r}", line=number,
                                       field=f"{section} {key}") from None
+                if abs(value) > F32_MAX:  # inf, or 1e300: beyond SimAI's float (f32 overflowed on it)
+                    raise FormatError(path, f"a bandwidth must be a finite number of GiB/s (at most {F32_MAX:.3g}, a "
+                                      f"C float), got {token}", line=number, field=f"{section} {key}")
+                value = f32(value)
                 if not value > 0:
                     raise FormatError(path, f"a bandwidth must be positive, got {token}", line=number,
                                       field=f"{section} {key}")

@@ -226,6 +226,9 @@ def _job_scripts(job: Any, options: TopoOptions, prices: dict | None = None,
         short = p.pp + SHORT_CYCLES
         insert = p.ga - short
         job = replace(job, parallel=replace(p, global_batch=p.global_batch // p.ga * short))
+    from workload_generator.limits import check_layers
+
+    check_layers(job)  # before the stage signatures walk every layer (--num_layers 1e12 ran for ever there)
     gens = stage_generators(job, generator_for)
     hook = options.compute_time_ns
     warnings: list[str] = []
@@ -977,6 +980,18 @@ def trace_intervals(scripts, compiled, played: engine.EngineResult) -> list[Inte
     return out
 
 
+def _check_gpus(gpus: int, job: Any) -> None:
+    """Refuse more GPUs than ``--max_items``: the model lists the ranks of each group it prices (``-g 1e8`` on a
+    SimAI file held 4.4 GB for one data-parallel group, ``-g 1e12`` ran out of memory)."""
+    from workload_generator.limits import limit_of
+
+    limit = limit_of(job)
+    if gpus > limit:
+        raise ConfigError(f"--model topo would place {gpus:,} GPUs (-g, the workload's all_gpus or --world_size), "
+                          f"above the limit of {limit:,} (--max_items): lower -g, or raise --max_items if the machine "
+                          "has the memory for it")
+
+
 def run_topo(workload: Any, topology: Any, options: TopoOptions | None, caches: dict | None = None) -> SimulationResult:
     """``--model topo`` from any accepted workload input and a topology (path, Topology or None).
     ``caches`` (``fabrics``, ``costs``, ``prices`` dicts; :class:`simulator.topo.session.TopoSession` keeps
@@ -986,6 +1001,7 @@ def run_topo(workload: Any, topology: Any, options: TopoOptions | None, caches: 
         raise TypeError(f"the topo model takes TopoOptions, got {type(options).__name__}")
     caches = caches if caches is not None else {}
     scripts, job, gpus, path, simai = load_scripts(workload, options, caches.get("prices"))
+    _check_gpus(gpus, job)
     fabric, links, notes = build_fabric(topology, options, gpus, caches.get("fabrics"))
     try:
         return TopoModel(scripts, fabric, links, options, path, simai, notes, job, caches.get("costs")).run()
