@@ -31,6 +31,22 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 120) -> subpro
                           timeout=timeout)
 
 
+def run_capped(*args: str, cwd: Path | str, timeout: float = 120, memory_gib: int = 3,
+               env: dict | None = None) -> subprocess.CompletedProcess:
+    """``python <args>`` in ``cwd`` under an address-space cap of ``memory_gib`` GiB, so that a reader or generator
+    that runs away on adversarial input fails its test instead of exhausting the machine."""
+    full = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONDONTWRITEBYTECODE="1", **(env or {}))
+    limit = memory_gib << 30
+
+    def cap() -> None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=full, capture_output=True, text=True, timeout=timeout,
+                          preexec_fn=cap)
+
+
 @pytest.fixture
 def examples() -> Path:
     return EXAMPLES

@@ -5,23 +5,16 @@ its times were measured on (item 13), SimAI's ``AS_*`` variables (item 21), the 
 from __future__ import annotations
 
 import os
-import resource
 import subprocess
 import sys
 
 import pytest
 
-from tests.conftest import ROOT
-
-
-def _capped() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+from tests.conftest import ROOT, run_capped
 
 
 def _run(*args: str, cwd, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    full = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONDONTWRITEBYTECODE="1", **(env or {}))
-    return subprocess.run([sys.executable, *args], cwd=cwd, env=full, capture_output=True, text=True, timeout=timeout,
-                          preexec_fn=_capped)
+    return run_capped(*args, cwd=cwd, timeout=timeout, memory_gib=2, env=env)
 
 
 # ---- item 6: --global_batch 1e9 with the default layout -----------------------------------------------------

@@ -5,26 +5,17 @@ a C float (an OverflowError traceback), and --model topo on 10^12 GPUs (MemoryEr
 
 from __future__ import annotations
 
-import os
-import resource
 import shutil
 import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import EXAMPLES, ROOT
+from tests.conftest import EXAMPLES, ROOT, run_capped
 from utils.errors import FormatError
 
 
-def _capped() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
-
-
 def _run(*args: str, cwd, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONDONTWRITEBYTECODE="1")
-    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
-                          preexec_fn=_capped)
+    return run_capped(*args, cwd=cwd, timeout=timeout, memory_gib=2)
 
 
 def _refused(proc: subprocess.CompletedProcess, *needles: str) -> str:

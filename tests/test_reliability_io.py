@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, run_capped
 from utils.errors import UserError
 from utils.io import OutputError, atomic_write, folder_lock, guard_output, name_in_folder, safe_name
 
@@ -226,12 +226,6 @@ def test_guard_output_refuses_a_path_under_a_file(tmp_path):
 
 # ---- a device given as an input file -------------------------------------------------------------------------
 
-def _capped() -> None:
-    import resource
-
-    resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))  # before the fix: /dev/zero read until memory ran out
-
-
 EXAMPLE_WORKLOAD = str(ROOT / "tests" / "data" / "examples" / "simai_workload_analytical.txt")
 
 
@@ -249,9 +243,7 @@ EXAMPLE_WORKLOAD = str(ROOT / "tests" / "data" / "examples" / "simai_workload_an
 def test_a_device_as_an_input_is_one_line(tmp_path, args, expected):
     """``/dev/zero`` as a workload, topology, busbw.yaml, log or model config: read until memory ran out (a
     MemoryError traceback, or the machine's OOM killer); now one line naming it, exit 2, nothing written."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONDONTWRITEBYTECODE="1")
-    done = subprocess.run([sys.executable, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
-                          preexec_fn=_capped)
+    done = run_capped(*args, cwd=tmp_path, timeout=300)  # before the fix: /dev/zero read until memory ran out
     assert done.returncode == 2, done.stderr[-2000:]
     (line,) = done.stderr.splitlines()
     assert "/dev/zero: a device, not a file (expected " + expected in line, line

@@ -8,23 +8,15 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import ROOT
-
-
-def _capped() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+from tests.conftest import run_capped
 
 
 def _run(*args: str, cwd, timeout: float = 60) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONDONTWRITEBYTECODE="1")
-    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
-                          preexec_fn=_capped)
+    return run_capped(*args, cwd=cwd, timeout=timeout, memory_gib=3)
 
 
 def _refused(proc: subprocess.CompletedProcess, *words: str) -> str:
