@@ -32,6 +32,7 @@ from typing import Any
 
 from simulator.inference_header import SIMAI_NOTE, is_inference_workload, wants_topo  # noqa: F401 (re-exported)
 from simulator.options import TopoOptions
+from simulator.topo.moe_comm import by_ep
 from utils.errors import ConfigError
 from utils.inference_job import InferenceJob
 from utils.workload import CommType
@@ -152,19 +153,6 @@ DEEPEP_NIC_BPS = 50e9
 """The CX7 400 Gb/s NIC per GPU the figures were measured with: they scale with the fabric's NIC rate per GPU."""
 
 
-def _by_ep(table: tuple[tuple[int, float], ...], n: int) -> float:
-    """A per-EP-size figure at ``n``: the table's value, linear in log2(EP) between sizes, clamped outside."""
-    import math
-
-    if n <= table[0][0]:
-        return table[0][1]
-    for (n0, v0), (n1, v1) in zip(table, table[1:]):
-        if n <= n1:
-            w = (math.log2(n) - math.log2(n0)) / (math.log2(n1) - math.log2(n0))
-            return v0 + w * (v1 - v0)
-    return table[-1][1]
-
-
 def deepep_a2a_s(op: str, size: float, shape: Any, links: Any, low_latency: bool) -> float:
     """Seconds of DeepEP's ``dispatch`` or ``combine`` of ``size`` bytes per rank (all top-k copies, AICB's bytes)
     over a group of ``shape`` (:class:`simulator.topo.collectives.GroupShape`), from :data:`DEEPEP_SOURCE`'s tables.
@@ -181,13 +169,13 @@ def deepep_a2a_s(op: str, size: float, shape: Any, links: Any, low_latency: bool
     floor = collective_cost("all_to_all", 1.0, shape, links).time_s
     nic = shape.nic_Bps * links.nic_efficiency / shape.a2a_congestion
     if low_latency:
-        bw = _by_ep(DEEPEP_LL_GBPS[op], shape.n) * 1e9 / DEEPEP_NIC_BPS * nic
+        bw = by_ep(DEEPEP_LL_GBPS[op], shape.n) * 1e9 / DEEPEP_NIC_BPS * nic
         return max(size / bw, floor)
     k = min(shape.per_server, shape.n)
     intra, inter = size * (k - 1) / shape.n, size * (shape.n - k) / shape.n
     t = intra / (DEEPEP_NORMAL_NVLINK[op] * shape.nvlink_Bps * links.nvlink_efficiency) if intra else 0.0
     if inter:
-        t = max(t, inter / (_by_ep(DEEPEP_NORMAL_RDMA_GBPS[op], shape.n) * 1e9 / DEEPEP_NIC_BPS * nic))
+        t = max(t, inter / (by_ep(DEEPEP_NORMAL_RDMA_GBPS[op], shape.n) * 1e9 / DEEPEP_NIC_BPS * nic))
     return max(t, floor)
 
 

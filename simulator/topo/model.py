@@ -772,7 +772,7 @@ class TopoModel:
         and consecutive blocks of the same rows are held once (:class:`simulator.repeat.RepeatedLayers`); when
         blocks that no other micro-batch repeats hold thousands of records, the rows are computed a few thousand
         records at a time as they are read (:class:`simulator.topo.stream.StreamedLayers`, the same values)."""
-        from simulator.topo.stream import simai_layers
+        from simulator.topo.stream import shifted_rows, simai_layers
 
         streamed = simai_layers(self, script, table, t)
         if streamed is not None:
@@ -812,23 +812,8 @@ class TopoModel:
             if not shift:
                 out += [by_record[first + b * length + k] for k in range(length)]
                 continue
-            program = script.programs[backward[b]]
-            grads = {id(op): exposure.get((backward[b], k), 0.0) for k, op in enumerate(program.ops) if op.kind == GRAD}
-            for k in range(length):
-                index = first + b * length + k
-                template = by_record[index - shift]
-                entries = comms.get((index - shift, "wg"), ())
-                if not grads or not any(op.kind == GRAD for _, _, op, _ in entries):
-                    out.append(template)
-                    continue
-                wg_exposed = int(round(sum(grads.get(id(op), 0.0) if op.kind == GRAD else e for _, e, op, _ in entries) * 1e9))
-                content = (template.name, template.fwd_compute_ns, template.ig_compute_ns, template.wg_compute_ns,
-                           id(template.fwd), id(template.ig), id(template.wg), template.fwd_exposed_ns,
-                           template.ig_exposed_ns, wg_exposed)
-                row = rows.get(content)
-                if row is None:
-                    row = rows[content] = replace(template, index=index, wg_exposed_ns=wg_exposed)
-                out.append(row)
+            out += shifted_rows(script, comms, by_record, rows, exposure, backward[b], first + b * length, length,
+                                shift)
         out += [by_record[i] for i in range(first + ga * length, len(records))]
         return RepeatedLayers(_repeated_parts(out, records, ga), _reindexed)
 

@@ -38,7 +38,7 @@ MEASURED_NIC_BPS = 50e9
 """The CX7 400 Gb/s NIC per GPU of DeepEP's figures."""
 
 
-def _by_ep(table: tuple[tuple[int, float], ...], n: int) -> float:
+def by_ep(table: tuple[tuple[int, float], ...], n: int) -> float:
     """A per-EP-size figure at ``n``: linear in log2(EP) between the sizes given, clamped outside them."""
     if n <= table[0][0]:
         return table[0][1]
@@ -73,6 +73,6 @@ def deepep_time_s(op: str, spec: tuple, shape: Any, links: Any) -> float:
     t = nvlink / (NVLINK_SHARE[op] * shape.nvlink_Bps * links.nvlink_efficiency) if nvlink else 0.0
     if rdma:
         nic = shape.nic_Bps * links.nic_efficiency / shape.a2a_congestion
-        t = max(t, rdma / (_by_ep(RDMA_GBPS[op], n) * 1e9 * nic / MEASURED_NIC_BPS))
+        t = max(t, rdma / (by_ep(RDMA_GBPS[op], n) * 1e9 * nic / MEASURED_NIC_BPS))
     floor = collective_cost("all_to_all", 1.0, shape, links).time_s
     return max(t * imbalance, floor)

@@ -249,13 +249,13 @@ class StreamedLayers(RepeatedLayers):
                 if not shift:
                     out += [by_record[first + b * length + k] for k in range(length)]
                     continue
-                out += _shifted_rows(script, comms, by_record, rows, exposure, backward[b], first + b * length, length,
+                out += shifted_rows(script, comms, by_record, rows, exposure, backward[b], first + b * length, length,
                                      shift)
             out += [by_record[i] for i in tail]
             yield out
 
 
-def _shifted_rows(script: Any, comms: dict, by_record: dict, rows: dict, exposure: dict, step_index: int, start: int,
+def shifted_rows(script: Any, comms: dict, by_record: dict, rows: dict, exposure: dict, step_index: int, start: int,
                   length: int, shift: int) -> list[Any]:
     """The rows of a block that runs another block's programs: the template's, each with its own gradient buckets'
     exposure where it has any (``TopoModel._simai_layers``)."""
