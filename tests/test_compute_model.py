@@ -552,3 +552,25 @@ def test_tp_comm_overlap_splits_the_layer_gemms():
     # the row-parallel projection's reduce-scatter is pipelined in 4 chunks; its dgrad (the output gradient's
     # all-gather by a ring exchange) in TP chunks; wgrad is not split; Megatron's local layers have no userbuffers
     assert qkv(True).meta["chunks"] == 4 and "chunks" not in qkv(True, "local").meta
+
+
+def test_block_scaled_fp8_gemm_main_loop_on_hopper_only() -> None:
+    """``--fp8_recipe blockwise`` GEMMs run their main loop at 0.85 of plain FP8's on Hopper (Transformer Engine's
+    published H200 GEMM benchmark: block scaling 22.882 ms against current scaling's 20.285 per layer,
+    bench/check_fp8_recipes.py); on Blackwell the recipe runs as MXFP8 at the plain FP8 rate."""
+    from mocked_model.compute.gpus import gpu_spec
+    from mocked_model.compute.kernel_list import block_scaled
+    from mocked_model.compute.kernels import GEMM_T0_NS, GemmShape, gemm_ns, main_loop_flops_per_sm
+
+    plain, block = GemmShape(8192, 8192, 8192, 1, "fp8"), GemmShape(8192, 8192, 8192, 1, "fp8", block_scaled=True)
+    h100, b200 = gpu_spec("H100"), gpu_spec("B200")
+    # H100: 989.4 x 2 TFLOP/s FP8 at 1830 MHz, held at the sustained clock, times the FP8 GEMM efficiency, per SM
+    per_sm = 1978.9e12 * h100.clock_ratio * h100.fp8_gemm_eff / h100.sms
+    assert main_loop_flops_per_sm(plain, h100) == pytest.approx(per_sm, rel=1e-3)
+    assert main_loop_flops_per_sm(block, h100) == pytest.approx(0.85 * per_sm, rel=1e-3)
+    assert main_loop_flops_per_sm(block, b200) == main_loop_flops_per_sm(plain, b200)
+    # a compute-bound square GEMM: its time past the fixed cost grows by 1 / 0.85
+    grow = (gemm_ns(block, h100) - GEMM_T0_NS) / (gemm_ns(plain, h100) - GEMM_T0_NS)
+    assert grow == pytest.approx(1 / 0.85, rel=0.01)
+    assert block_scaled("fp8", {"fp8_recipe": "blockwise"}) and not block_scaled("fp8", {"fp8_recipe": "tensorwise"})
+    assert not block_scaled("bf16", {"fp8_recipe": "blockwise"})

@@ -44,14 +44,14 @@ import math
 from collections.abc import Sequence
 
 from mocked_model.compute.gpu_table import GPUSpec
-from mocked_model.compute.kernels import GEMM_T0_NS, K_FILL, KIND_BYTES, TILES, GemmShape, roofline
+from mocked_model.compute.kernels import GEMM_T0_NS, K_FILL, KIND_BYTES, TILES, GemmShape, main_loop_flops_per_sm, roofline
 
 
 def grouped_gemm_ns(shape: GemmShape, group: Sequence[tuple[int, int, int]], gpu: GPUSpec) -> float:
     """One grouped launch of the GEMMs ``group`` (``(m, n, k)`` each) with ``shape``'s operand kind, output bytes
     and accumulation (its sizes are the aggregate, for FLOPs only); ns, by the module's law (a fixed cost per
     non-empty expert's kernel)."""
-    per_sm = gpu.tensor_flops(shape.kind) * gpu.gemm_efficiency(shape.kind) / gpu.sms
+    per_sm = main_loop_flops_per_sm(shape, gpu)
     problems = [(m, n, k) for m, n, k in group if m > 0 and n > 0 and k > 0]
     if not problems:
         return 0.0

@@ -80,6 +80,12 @@ and ``compute_scale_from_amax_kernel`` (Transformer Engine ``common/recipe/curre
 the other by ``Float8CurrentScalingQuantizer::quantize_impl`` in ``pytorch/csrc/quantizer.cpp``)."""
 
 
+def block_scaled(kind: str, meta: dict) -> bool:
+    """Whether a GEMM of operand ``kind`` under ``meta``'s recipe multiplies block-scaled FP8 (``--fp8_recipe
+    blockwise``: :data:`~mocked_model.compute.kernels.HOPPER_BLOCK_SCALED_GEMM` prices its main loop)."""
+    return kind == "fp8" and meta.get("fp8_recipe") == "blockwise"
+
+
 def fp8_quantize(name: str, n: float, p: Precision, meta: dict, tensors: int = 1) -> list[Kernel]:
     """Transformer Engine's quantization of ``n`` bf16 values in ``tensors`` tensors to FP8 (``--fp8_recipe``), as its
     low-precision docs describe: delayed scaling casts in one pass with last step's scale, writing the rowwise copy and

@@ -103,6 +103,7 @@ class GemmShape:
     kind: str = "bf16"
     out_bytes: int = 2
     accumulate: bool = False
+    block_scaled: bool = False
 
     @property
     def flops(self) -> float:
@@ -123,11 +124,36 @@ def _stream_rate(gpu: GPUSpec) -> float:
     return gpu.hbm_bytes_per_s * gpu.memory_efficiency("stream")
 
 
+HOPPER_BLOCK_SCALED_GEMM = 0.85
+"""The share of plain FP8's main-loop rate a block-scaled FP8 GEMM reaches on Hopper (cuBLASLt's
+``CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F`` / ``BLK128x128_32F`` scales, cuBLAS 12.9+, Hopper only).  Derived from
+NVIDIA's own GEMM benchmark in Transformer Engine's documentation (``docs/examples/gemm_profiling/gemm_profiling.rst``,
+"Worked Example: 5B Model on H200": H200 NVL, hidden 4096, FFN 16384, 15,872 tokens, the twelve GEMMs of a layer with
+their quantization, Transformer Engine's autocast): FP8 block scaling 22.882 ms per layer against FP8 current
+scaling's 20.285 ms (1.128x; BF16 32.014 ms).  With this model's casts for each recipe
+(:func:`~mocked_model.compute.kernel_list.fp8_quantize`) the same twelve GEMMs take 1.128x current scaling's at 0.85
+(``python bench/check_fp8_recipes.py`` solves it and prints the three recipes' speedups against the page's); a
+kernel-level figure, not fitted to any training run.  Cross-check: FBGEMM's CUTLASS block-scaled kernels on an H100
+(pytorch/FBGEMM PR #2546) reach 0.73-0.77 of its row-scaled ones on three large shapes."""
+
+
+def main_loop_flops_per_sm(shape: GemmShape, gpu: GPUSpec) -> float:
+    """FLOP/s one SM's tiles reach in a GEMM's main loop: the sustained tensor peak of ``shape.kind`` times the GPU's
+    GEMM efficiency, and, for block-scaled FP8 (``shape.block_scaled``: Transformer Engine's ``blockwise`` recipe) on
+    a GPU without MX tensor cores (Hopper, where cuBLAS applies the 1x128 / 128x128 scales inside the main loop), times
+    :data:`HOPPER_BLOCK_SCALED_GEMM`.  On Blackwell Transformer Engine runs the recipe's GEMMs as MXFP8 (its PR #2157),
+    whose scales the tensor cores apply: the plain FP8 rate."""
+    per_sm = gpu.tensor_flops(shape.kind) * gpu.gemm_efficiency(shape.kind) / gpu.sms
+    if shape.block_scaled and not gpu.mx_formats:
+        per_sm *= HOPPER_BLOCK_SCALED_GEMM
+    return per_sm
+
+
 def gemm_ns(shape: GemmShape, gpu: GPUSpec | str) -> float:
     """Time of one GEMM kernel (ns) by the tile and wave law of the module docstring."""
     gpu = gpu_spec(gpu)
     m, n, k = max(shape.m, 1), max(shape.n, 1), max(shape.k, 1)
-    per_sm = gpu.tensor_flops(shape.kind) * gpu.gemm_efficiency(shape.kind) / gpu.sms
+    per_sm = main_loop_flops_per_sm(shape, gpu)
     hbm = _stream_rate(gpu)
     best = math.inf
     for tm, tn, factor in TILES:

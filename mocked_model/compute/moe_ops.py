@@ -19,7 +19,7 @@ none), the router's small kernels at the fp32 softmax's rate.
 
 from __future__ import annotations
 
-from mocked_model.compute.kernel_list import Kernel, Precision, fp8_quantize, mem, phase
+from mocked_model.compute.kernel_list import Kernel, Precision, block_scaled, fp8_quantize, mem, phase
 from mocked_model.compute.kernels import GemmShape
 
 HOST_SYNC_US = 10.0
@@ -239,13 +239,13 @@ def grouped_gemm_kernels(item, p: Precision) -> list[Kernel] | None:
     total = sum(counts)
     if op == "wgrad":
         group = tuple((k, n, m) for m in counts)
-        shape = GemmShape(k, n, total, 1, kind, out_bytes, accumulate)
+        shape = GemmShape(k, n, total, 1, kind, out_bytes, accumulate, block_scaled(kind, meta))
     elif op == "dgrad":
         group = tuple((m, k, n) for m in counts)
-        shape = GemmShape(total, k, n, 1, kind, out_bytes, accumulate)
+        shape = GemmShape(total, k, n, 1, kind, out_bytes, accumulate, block_scaled(kind, meta))
     else:
         group = tuple((m, n, k) for m in counts)
-        shape = GemmShape(total, n, k, 1, kind, out_bytes, accumulate)
+        shape = GemmShape(total, n, k, 1, kind, out_bytes, accumulate, block_scaled(kind, meta))
     out = [Kernel(f"grouped {op} gemm ({len(counts)} experts)", shape, group=group)]
     if op == "wgrad" and not accumulate and meta.get("main_grad", True):
         g = meta.get("grad_bytes", 4)

@@ -35,7 +35,16 @@ from math import ceil, prod
 
 from mocked_model.compute.attention_band import context_parallel_kernels as _context_parallel_kernels
 from mocked_model.compute.attention_band import piece_work
-from mocked_model.compute.kernel_list import FP8_BLOCK, Kernel, Precision, elements, fp8_quantize, mem, phase
+from mocked_model.compute.kernel_list import (
+    FP8_BLOCK,
+    Kernel,
+    Precision,
+    block_scaled,
+    elements,
+    fp8_quantize,
+    mem,
+    phase,
+)
 from mocked_model.compute.kernels import GemmShape, attention_work
 from mocked_model.compute.moe_ops import (
     dispatch_meta_kernels,
@@ -96,11 +105,12 @@ def _gemm_kernels(item, p: Precision) -> list[Kernel]:
     accumulate = op == "wgrad" and meta.get("accumulate", True)
     out_bytes = meta.get("grad_bytes", 4) if accumulate else p.a
     chunks = max(int(meta.get("chunks", 1)), 1)
+    block = block_scaled(kind, meta)
     if chunks > 1 and m >= chunks:  # TE's comm-GEMM overlap: the rows in chunks, each its own GEMM
-        out = [Kernel(f"{op} gemm ({chunks} chunks)", GemmShape(m // chunks, n, k, batch, kind, out_bytes, accumulate),
-                      count=chunks)]
+        out = [Kernel(f"{op} gemm ({chunks} chunks)",
+                      GemmShape(m // chunks, n, k, batch, kind, out_bytes, accumulate, block), count=chunks)]
     else:
-        out = [Kernel(f"{op} gemm", GemmShape(m, n, k, batch, kind, out_bytes, accumulate))]
+        out = [Kernel(f"{op} gemm", GemmShape(m, n, k, batch, kind, out_bytes, accumulate, block))]
     if op == "wgrad" and not accumulate and meta.get("main_grad", True):
         g = meta.get("grad_bytes", 4)
         out.append(mem("main-grad accumulate", batch * m * n * (g + p.a + g), kind="add" if g == p.a else "mixed_add"))
