@@ -577,16 +577,23 @@ def check_main(job: JobConfig, values: dict[str, Any]) -> int:
     cpu = _on_cpu(options)
     per_stage: list[tuple[int, int]] = []
     aiob = needs_shared_aiob(job, values)
-    if aiob:
-        what = "compute times measured by rank 0 at the start (AIOB): workloads not built"
-    else:
-        for _, first in stages:
+    for _, first in stages:
+        if aiob:
+            # rank 0 measures the compute times at the start, but the messages (and so the replay buffers this
+            # checks against host memory) do not depend on them: plan each stage's workload untimed
+            from workload_generator.entry import build_workload
+
+            timed = replace(job, training=replace(job.training, computation_enable=True))
+            workload, source = build_workload(timed, pp_rank=generator.coordinates(first)["pp"]), "AIOB's workload"
+        else:
             workload, source = rank_workload(job, values, first)
-            checked = WorkloadApplyer(workload, job, options, first, source=source)
-            items += len(workload)
-            if cpu:
-                per_stage.append((checked.plan.main_bytes + checked.plan.aux_bytes, checked.gemm_bytes()))
-        what = f"{items} items in {len(stages)} pipeline stage(s) planned{checked.iterations_note()}"
+        checked = WorkloadApplyer(workload, job, options, first, source=source)
+        items += len(workload)
+        if cpu:
+            per_stage.append((checked.plan.main_bytes + checked.plan.aux_bytes, checked.gemm_bytes()))
+    what = f"{items} items in {len(stages)} pipeline stage(s) planned{checked.iterations_note()}"
+    if aiob:
+        what = f"compute times measured by rank 0 at the start (AIOB); {what}"
     if cpu:
         _check_host_memory(job, per_stage, world, aiob)
     if reports_errors():

@@ -50,7 +50,7 @@ def gemm_operand_bytes(shapes: Iterable[Any], element: int = 4) -> int:
 def host_terms(per_stage: Sequence[tuple[int, int]], world: int, pp: int, aiob_bytes: int = 0,
                aiob_what: str = "") -> list[tuple[str, int, str]]:
     """The terms of a CPU replay's host memory: ``per_stage`` (buffer bytes, gemm operand bytes) of each pipeline
-    stage's rank (empty when the workloads are built at the start, after AIOB), ``aiob_bytes`` of rank 0's
+    stage's rank (with AIOB, of the stage's untimed workload: the messages do not depend on the times), ``aiob_bytes`` of rank 0's
     timing (0: none on this host's CPU).  Each term: (what, bytes, how to make it smaller)."""
     local = ranks_on_host(world)
     terms: list[tuple[str, int, str]] = []

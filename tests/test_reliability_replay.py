@@ -194,12 +194,30 @@ def test_check_refuses_aiob_timing_that_cannot_fit(tmp_path):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("AIOB times on the GPU here")
-    proc = _aicb("--model_name", "gpt_175B", "--world_size", "8", "--tensor_model_parallel_size", "8",
+    # (8 stages with sequence parallelism: the replay buffers, which --check sizes too, stay below AIOB's operation)
+    proc = _aicb("--model_name", "gpt_175B", "--world_size", "64", "--tensor_model_parallel_size", "8",
+                 "--pipeline_model_parallel", "8", "--enable_sequence_parallel", "--global_batch", "8",
                  "--seq_length", "1048576", "--max_position_embeddings", "1048576", "--aiob_enable", "--check",
                  cwd=tmp_path, LOCAL_WORLD_SIZE="1")
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert "AIOB timing on this CPU (rank 0; its largest operation" in proc.stderr
     assert "--gpu_type GPU prices the computation" in proc.stderr
+
+
+def test_check_with_aiob_still_refuses_buffers_that_cannot_fit(tmp_path):
+    """Before: with --aiob_enable, --check built no workload ("workloads not built") and so never sized the replay
+    buffers: it passed a 175B job on 8 CPU ranks (650 GiB of buffers each) that the run would then time with AIOB and
+    fail allocating.  The messages do not depend on the compute times, so --check sizes them untimed."""
+    proc = _aicb("--model_name", "gpt_175B", "--world_size", "8", "--tensor_model_parallel_size", "1",
+                 "--global_batch", "8", "--aiob_enable", "--gpu_type", "H100", "--backend", "gloo", "--check",
+                 cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "the replay buffers of 8 rank(s)" in proc.stderr and "MemAvailable" in proc.stderr, proc.stderr
+    small = _aicb("--model_name", "gpt_tiny", "--world_size", "2", "--tensor_model_parallel_size", "2",
+                  "--aiob_enable", "--gpu_type", "H100", "--backend", "gloo", "--check", cwd=tmp_path)
+    assert small.returncode == 0, small.stderr[-2000:]
+    assert "check passed: 2 ranks, compute times measured by rank 0 at the start (AIOB);" in small.stdout, small.stdout
+    assert not (tmp_path / "results").exists()
 
 
 def test_host_terms_arithmetic(monkeypatch):
