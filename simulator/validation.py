@@ -205,25 +205,28 @@ def _dgx_h100(gpus: int) -> tuple[tuple[str, ...], str]:
 
 _MOE_RECIPE = ("--gpu_type", "H100", "--moe_enable", "--moe_grouped_gemm", "--moe_permute_fusion", "--moe_router_fusion",
                "--use-distributed-optimizer", "--overlap_grad_reduce", "--overlap_param_gather", "--grad_reduce_in_bf16",
-               "--cross_entropy_loss_fusion", "--seq_length", "4096", "--micro_batch", "1")
+               "--cross_entropy_loss_fusion")
 """What the Megatron-Bridge MoE performance recipes share (scripts/performance/utils/overrides.py, the model families'
 ``*_llm_pretrain.py`` and the base recipes in src/megatron/bridge/recipes): Transformer Engine's grouped GEMMs, fused
 permutation and router kernels (``moe_router_fusion`` True in the performance configs), the distributed optimizer with
 overlapped gradient reduction and parameter all-gather (``ddp.overlap_grad_reduce`` / ``overlap_param_gather``),
 ``grad_reduce_in_fp32`` False, Transformer Engine's fused cross entropy (``cross_entropy_fusion_impl`` "te"), fused RoPE
-and bias-activation, sequence 4096, micro-batch 1, dropless routing forced to balance (``moe_router_force_load_
-balancing``), no NaN checks."""
+and bias-activation, dropless routing forced to balance (``moe_router_force_load_balancing``), no NaN checks; sequence
+4096 and micro-batch 1 (the rows') come from :func:`_bridge`."""
 # the recipe files of the rows' containers: Megatron-Bridge 9a5ac383 (2026-04-19, git rev-list -1 --before=2026-04-20);
 # the Qwen3 ones read the same at b80b5d82 (2026-06-19), before the 26.06 container
 
 
-def _bridge(name: str, gpus: int, global_batch: int, tokens_per_s_per_gpu: float, *flags: str) -> Case:
-    """A Megatron-Bridge performance row: published seconds per iteration = global batch x 4096 tokens / (GPUs x
-    tokens per second per GPU)."""
+def _bridge(name: str, gpus: int, global_batch: int, tokens_per_s_per_gpu: float, *flags: str, seq_length: int = 4096,
+            suite: str = "moe", recipe: tuple[str, ...] = _MOE_RECIPE, source: str = _BRIDGE) -> Case:
+    """A Megatron-Bridge performance row on DGX H100 (micro-batch 1, as every DGX-H100 row of the archive): published
+    seconds per iteration = global batch x sequence length / (GPUs x tokens per second per GPU), the archive's
+    throughput being tokens of the global batch per second and GPU."""
     topo, path = _dgx_h100(gpus)
-    published = global_batch * 4096 / (gpus * tokens_per_s_per_gpu)
-    return Case(name, _BRIDGE, "moe", published, (*_MOE_RECIPE, "--world_size", str(gpus), "--global_batch",
-                                                  str(global_batch), *flags), topo, path)
+    published = global_batch * seq_length / (gpus * tokens_per_s_per_gpu)
+    return Case(name, source, suite, published, (*recipe, "--seq_length", str(seq_length), "--micro_batch", "1",
+                                                 "--world_size", str(gpus), "--global_batch", str(global_batch), *flags),
+                topo, path)
 
 
 _FLEX = ("--moe_token_dispatcher_type", "flex", "--moe_enable_deepep")
