@@ -145,13 +145,18 @@ def test_validation_suites_meet_their_bars():
     assert done.returncode == 0, done.stderr
     rows = last_json(done.stdout)
     suites = {r["suite"] for r in rows}
-    assert suites == {"korthikanti2022", "narayanan2021", "h200_mcore", "h200_mcore_moe", "moe"}
+    assert suites == {"korthikanti2022", "narayanan2021", "h200_mcore", "h200_mcore_moe", "moe", "bridge_dense"}
     # issue 26's MoE runs (Megatron-Bridge on DGX H100): their 15% bar is not met; the suite's own bar
     # (simulator.validation.MOE_BAR_PCT, 35%, and why) holds, and the model is too fast on every run
     from simulator.validation import MOE_BAR_PCT
 
     moe = [r["error_pct"] for r in rows if r["suite"] == "moe"]
     assert len(moe) == 3 and all(-MOE_BAR_PCT <= e < 0 for e in moe), moe
+    # Megatron-Bridge's dense Llama rows on DGX H100: within their own bar (simulator.validation.BRIDGE_DENSE_BAR_PCT)
+    from simulator.validation import BRIDGE_DENSE_BAR_PCT
+
+    dense = [r["error_pct"] for r in rows if r["suite"] == "bridge_dense"]
+    assert len(dense) == 2 and all(abs(e) <= BRIDGE_DENSE_BAR_PCT for e in dense), dense
     for suite, (mean, worst) in BARS.items():
         errors = [abs(r["error_pct"]) for r in rows if r["suite"] == suite]
         assert len(errors) == {"korthikanti2022": 8, "narayanan2021": 10}[suite]
@@ -214,6 +219,37 @@ def test_h200_suite_predicts_the_measured_steps_with_their_stack():
     assert row["published_s"] == pytest.approx(1.055571)
     assert "--transformer_impl local --no_apex" in row["command"] and "--use_flash_attn" in row["command"]
     assert "-g_p_s 1" in row["command"] and "--gpu_type H200" in row["command"]
+
+
+def test_bridge_dense_suite_derives_its_published_seconds_and_simulates_the_recipes():
+    # Megatron-Bridge's performance summary archive, DGX-H100 rows of the 26.04.01 container, sequence 8192:
+    # Llama 3 70B: 256 x 8192 / (64 x 1664) = 2,097,152 / 106,496 = 19.6923 s;
+    # Llama 3.1 405B: 1536 x 8192 / (1024 x 328) = 12,582,912 / 335,872 = 37.4634 s
+    done = run_cli("-m", "simulator", "validate", "--suite", "bridge_dense", "--json", timeout=300)
+    assert done.returncode == 0, done.stderr
+    rows = {r["case"]: r for r in last_json(done.stdout)}
+    assert set(rows) == {"Llama3 70B H100 x64 FP8", "Llama3.1 405B H100 x1024 FP8"}
+    l70, l405 = rows["Llama3 70B H100 x64 FP8"], rows["Llama3.1 405B H100 x1024 FP8"]
+    assert l70["published_s"] == pytest.approx(19.6923, abs=5e-5)
+    assert l405["published_s"] == pytest.approx(37.4634, abs=5e-5)
+    # the recipes' shared settings (simulator.validation._DENSE_RECIPE): FP8 current scaling, SP with TE's userbuffers,
+    # the distributed optimizer with both overlaps, bf16 gradient reduction in 128 Mi-element buckets, fused cross entropy
+    for r in rows.values():
+        assert r["suite"] == "bridge_dense" and r["source"].startswith("Megatron-Bridge performance summary")
+        for flag in ("--dtype float8 --fp8_recipe tensorwise", "--enable_sequence_parallel", "--tp_comm_overlap",
+                     "--overlap_grad_reduce --overlap_param_gather --grad_reduce_in_bf16",
+                     "--ddp_bucket_size 134217728", "--cross_entropy_loss_fusion", "--seq_length 8192 --micro_batch 1"):
+            assert flag in r["command"], (r["case"], flag)
+        assert "--cuda_graph_impl" not in r["command"] and "--recompute" not in r["command"]
+        # each simulates (no refusal): its busiest stage's terms add up to the iteration
+        parts = r["compute_s"] + r["host_s"] + r["exposed_comm_s"] + r["bubble_s"]
+        assert parts == pytest.approx(r["simulated_s"], rel=1e-6) and 0 < r["mfu"] < 1
+    # the layouts: 70B TP4 PP8 VP5 (80 layers, no embedding or loss in the split); 405B TP8 PP8 CP2 VP8, the embedding
+    # and the loss counted as layers (126 + 2 = 128 in 64 virtual stages of 2), ring attention (p2p)
+    assert "--tensor_model_parallel_size 4 --pipeline_model_parallel 8 --num_virtual_stages_per_pipeline_rank 5" \
+        in l70["command"] and "account_for" not in l70["command"]
+    assert "--context-parallel-size 2 --cp_comm_type p2p --num_virtual_stages_per_pipeline_rank 8 " \
+           "--account_for_embedding_in_pipeline_split --account_for_loss_in_pipeline_split" in l405["command"]
 
 
 def test_fp8_changes_only_the_gemms_and_mfu_stays_against_the_bf16_peak():
