@@ -157,6 +157,39 @@ def test_the_replay_log_never_writes_through_a_symbolic_link(tmp_path):
     assert check.returncode == 2 and "is a symbolic link" in check.stderr
 
 
+def test_an_output_folder_that_cannot_be_written_is_refused_before_anything_starts(tmp_path, monkeypatch):
+    """Before: rank 0 found it could not write its outputs only after every rank had joined (its workload CSV,
+    then the log): its error came with a 'Connection closed by peer' line from every other rank, and --check
+    passed.  The outputs' folder is now checked with the other output checks, before anything starts."""
+    from replay.env import prepare_outputs
+    from utils.io import OutputError
+
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: False if os.fspath(path) == str(locked)
+                        else real_access(path, mode, **kw))
+    with pytest.raises(OutputError, match=f"^cannot write {locked}/comm_logs/w_log.csv: {locked} is not writable"):
+        prepare_outputs("w", None, {"output_dir": str(locked)}, "aicb.py")
+    assert list(locked.iterdir()) == []
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root writes into read-only folders")
+def test_a_read_only_output_dir_is_one_line_in_check_and_run(tmp_path):
+    _workload(tmp_path / "w.csv")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    try:
+        for extra in (["--check"], []):
+            proc = _aicb("--workload", "w.csv", "--output_dir", str(locked), *extra, cwd=tmp_path)
+            assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr[-2000:]
+            assert f"{locked} is not writable" in proc.stderr
+        assert list(locked.iterdir()) == []
+    finally:
+        locked.chmod(0o755)
+
+
 def test_epoch_num_with_a_workload_file_is_honoured(tmp_path):
     """Before: --epoch_num was ignored with --workload (the file's 2 iterations ran whatever it said)."""
     from log_analyzer import Log

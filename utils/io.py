@@ -223,7 +223,8 @@ def guard_output(path: str | os.PathLike, inputs: InputPaths | None = None, flag
     - ``path`` is itself a symbolic link the command did not create (``own_links``): writing through it
       would change a file elsewhere, replacing it would silently drop the link;
     - ``path`` is a folder, or its name is longer than :data:`NAME_MAX` bytes;
-    - a folder on ``path``'s way is a file (``-o FILE/name``: the folder could not be made).
+    - a folder on ``path``'s way is a file (``-o FILE/name``: the folder could not be made);
+    - the nearest existing folder on ``path``'s way cannot be written (permissions, a read-only mount).
 
     Then it removes the temporaries a killed writer left in the output's folder: those of this output
     whose writer is gone, any of ours whose writer is gone and that are older than
@@ -253,6 +254,11 @@ def guard_output(path: str | os.PathLike, inputs: InputPaths | None = None, flag
         probe = os.path.dirname(probe)
     if probe and os.path.exists(probe) and not os.path.isdir(probe):  # (else makedirs fails later, after the work)
         raise OutputError(f"cannot write {out}: {probe} is a file, not a folder")
+    # a folder the command may not create in or write to (permissions, a read-only mount) fails the write only after
+    # the work (the replay: after every rank joined); every writer makes its file or a temporary there, so say so now
+    folder = probe or "."
+    if os.path.isdir(folder) and not os.access(folder, os.W_OK | os.X_OK):
+        raise OutputError(f"cannot write {out}: {folder} is not writable")
     for in_flag, value in (inputs or {}).items():
         for src in _paths_of(value):
             if src and os.path.lexists(src) and not os.path.isdir(src) and _resolves_to(out, src):
