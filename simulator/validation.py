@@ -416,14 +416,16 @@ def build_parser() -> CliParser:
     p.add_argument("--json", action="store_true", help="print the rows as one JSON list on the last line")
     p.add_argument("--show", action="store_true", help="print the commands that reproduce each row")
     p.add_argument("-k", "--cases", metavar="TEXT", help="only the cases whose name contains TEXT")
-    p.add_argument("--suite", choices=[*SUITES, "serving", "all"], default="all",
+    p.add_argument("--suite", choices=[*SUITES, "moe_layer", "serving", "all"], default="all",
                    help="korthikanti2022 (Korthikanti et al. 2022, Table 5), narayanan2021 (Narayanan et al. 2021's "
                         "weak scaling as Megatron-LM's examples/sc21/run_table_1.sh ran it), h200_mcore (single-GPU "
                         "Megatron-core steps measured on an H200), h200_mcore_moe (the same for an MoE step, reported "
                         "without a bar), moe (Megatron-Bridge's MoE runs on DGX H100), bridge_dense (Megatron-Bridge's "
                         "dense Llama 3 70B and 3.1 405B FP8 runs on DGX H100) or all "
-                        "(the default); serving: published serving benchmarks through python -m simulator serve "
-                        "(simulator/serve/validation.py; not part of all)")
+                        "(the default); moe_layer: one MoE layer's forward and backward as Megatron-LM's CI times "
+                        "them on 8 H100s (simulator/moe_layer_validation.py, reported without a bar); serving: "
+                        "published serving benchmarks through python -m simulator serve (simulator/serve/validation.py); "
+                        "neither is part of all")
     return p
 
 
@@ -433,6 +435,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from simulator.serve.validation import main as serving
 
         return serving(args.json, args.show, args.cases)
+    if args.suite == "moe_layer":  # one MoE layer against Megatron-LM's moe_perf timings (simulator/moe_layer_validation.py)
+        from simulator.moe_layer_validation import main as moe_layer
+
+        return moe_layer(args.json, args.show, args.cases)
     cases = [c for c in CASES if (args.suite == "all" or c.suite == args.suite)
              and (args.cases is None or args.cases.lower() in c.name.lower())]
     if not cases:

@@ -60,3 +60,16 @@ def test_spans_need_an_moe_layer() -> None:
     empty = SimpleNamespace(details=SimpleNamespace(intervals=lambda: []))
     with pytest.raises(ValueError, match="layers.0"):
         moe_spans_ms(empty)
+
+
+def test_validate_runs_the_suite_by_name(capsys) -> None:
+    """``python -m simulator validate --suite moe_layer -k TEXT --json``: the rows of the matching layers."""
+    import json
+
+    from simulator.validation import main
+
+    assert main(["--suite", "moe_layer", "-k", "deepseek_deepep_tp1ep8_bf16", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert row["case"] == "deepseek_deepep_tp1ep8_bf16" and row["suite"] == "moe_layer"
+    assert (row["published_forward_ms"], row["published_backward_ms"]) == PUBLISHED_MS[row["case"]]
+    assert row["simulated_forward_ms"] > 0 and row["simulated_backward_ms"] > row["simulated_forward_ms"]
