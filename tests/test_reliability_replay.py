@@ -190,6 +190,19 @@ def test_a_read_only_output_dir_is_one_line_in_check_and_run(tmp_path):
         locked.chmod(0o755)
 
 
+def test_a_computation_time_beyond_any_clock_is_one_line_and_writes_nothing(tmp_path):
+    """Before: a workload computation of 1e30 ns passed the reader; the replay wrote its log's header, then its
+    sleep raised OverflowError (a traceback, exit 1)."""
+    (tmp_path / "w.csv").write_text("comm_type,comm_group,comm_group_size,msg_size,stage,dst,src,additional,"
+                                    "_elapsed_time,algbw,busbw,count\n"
+                                    "CommType.computation,None,None,0,a,None,None,,1e30,None,None,1\n"
+                                    "CommType.epoch_end,None,None,0,,None,None,,None,None,None,1\n")
+    proc = _aicb("--workload", "w.csv", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr[-2000:]
+    assert proc.stderr.startswith("aicb.py: error: w.csv:2: _elapsed_time: '1e30' is beyond"), proc.stderr
+    assert not (tmp_path / "results").exists()
+
+
 def test_epoch_num_with_a_workload_file_is_honoured(tmp_path):
     """Before: --epoch_num was ignored with --workload (the file's 2 iterations ran whatever it said)."""
     from log_analyzer import Log

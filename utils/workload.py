@@ -397,6 +397,9 @@ def _parse_row(cells: dict[str, str]) -> WorkItem:
             values[key] = _number_or_none(text)
         except ValueError:
             raise _RowError(column, f"expected a non-negative number or None; got {text!r}") from None
+        if key == "time_ns" and values[key] is not None and values[key] > _MAX_INT:
+            # (ns in a workload, ms in a log) past any clock: the replay's sleep of it raised OverflowError
+            raise _RowError(column, f"{text!r} is beyond the largest time the formats hold ({_MAX_INT})")
     count_text = cells.get("count", "1").strip()
     try:
         count = 1 if count_text in _NONE_CELLS else _int_or_none(count_text, minimum=1, minus_one=False)
