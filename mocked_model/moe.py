@@ -379,10 +379,16 @@ class Experts(MockedModule):
         return out
 
     def _act(self, phase: str) -> WorkItem:
+        """The experts' activation weighted by each row's routing probability (Megatron-core's ``TEGroupedMLP.
+        bias_act_func`` and, for SequentialMLP, ``MLP.forward`` with ``per_token_scale``): fused only for gated
+        activations (``weighted_bias_swiglu_impl`` / ``weighted_bias_quick_geglu_impl`` under bias-activation fusion;
+        Megatron refuses the fusion for a plain GeLU expert), otherwise the activation, the product with the
+        probabilities and the cast back (:func:`mocked_model.compute.training_ops._activation_kernels`)."""
         s = self.shape
         return compute(f"{phase}.MoEExperts.{self.name}.activation", ((sum(s.expert_tokens), self.fc1_out),), None,
                        {**_meta(self.layer, "moe", "swiglu" if s.swiglu else "gelu", self.name),
-                        "fused": self.ctx.stack.bias_act_fused, "weighted": True})
+                        "fused": self.ctx.stack.bias_act_fused and s.swiglu, "weighted": True,
+                        "probs_bytes": s.probs_bytes})
 
     def _bias(self, phase: str) -> list[WorkItem]:
         """fc2's bias, added per expert after Transformer Engine's grouped GEMM (``TEGroupedMLP._apply_bias``; fc1's is

@@ -7,9 +7,11 @@ Engine's grouped GEMM (``get_gpt_layer_with_transformer_engine_submodules(..., m
 (EP 8, TP 1), feeds it a [4096, 1, hidden] bf16 input and times the forward and the backward with CUDA events, 5 warm-up
 and 20 measured iterations (the mean of the 20), a long dummy GEMM before each so that the host's launches run ahead.
 Its ``TransformerConfig`` (``_build_transformer_config``): no bias, the config's default non-gated GeLU experts
-(``gated_linear_unit`` False), the aux-loss balancing at coefficient 1.0 for every case, forced balanced routing
-(``moe_router_force_load_balancing``), fused permutation and router kernels, bf16 parameters; FP8 cases use the
-``hybrid`` format with the ``blockwise`` recipe.  The two proxies (``test_cases.py``):
+(``gated_linear_unit`` False) without bias-activation fusion (``bias_activation_fusion`` False: the experts' GeLU,
+its product with the fp32 routing probabilities and the cast back run as separate kernels), the aux-loss balancing at
+coefficient 1.0 for every case, forced balanced routing (``moe_router_force_load_balancing``), an fp32 router
+(``moe_router_dtype`` "fp32", the proxies' default), fused permutation and router kernels, bf16 parameters; FP8 cases
+use the ``hybrid`` format with the ``blockwise`` recipe.  The two proxies (``test_cases.py``):
 
 - Mixtral: hidden 4096, expert FFN 14336, 8 experts, top-2 (one local expert of 8192 routed tokens per GPU);
 - DeepSeek: hidden 7168, expert FFN 2048, 32 experts, top-8 (four local experts of 8192 tokens each), sigmoid scores,
@@ -39,7 +41,7 @@ _JOB = ("--model", "topo", "--gpu_type", "H100", "--frame", "Megatron", "--world
         "--num_attention_heads", "8", "--seq_length", "4096", "--micro_batch", "1", "--global_batch", "8",
         "--vocab_size", "32000", "--moe_enable", "--expert_model_parallel_size", "8", "--moe_grouped_gemm",
         "--moe_permute_fusion", "--moe_router_fusion", "--moe_router_load_balancing_type", "aux_loss",
-        "--moe_aux_loss_coeff", "1.0", "-q")
+        "--moe_aux_loss_coeff", "1.0", "--moe_router_dtype", "fp32", "--no_bias_gelu_fusion", "-q")
 _PROXIES = {
     "mixtral": ("--hidden_size", "4096", "--ffn_hidden_size", "14336", "--num_experts", "8", "--moe_router_topk", "2",
                 "--moe_ffn_hidden_size", "14336"),

@@ -344,3 +344,46 @@ def test_an_ep_job_replays_over_gloo_on_four_processes(tmp_path):
     rows = [i for i in Workload.load(logs[0]).items if i.comm_type == CommType.all_to_all]
     # per iteration, 2 layers x (dispatch tokens + probabilities + combine) forward and backward = 12
     assert len(rows) == 12 and {(i.comm_group.value, i.comm_group_size) for i in rows} == {("ep_group", 2)}
+
+
+def test_unfused_weighted_gelu_experts_by_hand():
+    """A plain GeLU expert cannot fuse its routing weights (Megatron refuses the fusion), so the activation is
+    followed by ``x * probs`` and, with an fp32 router, the cast back: Megatron's moe_perf Mixtral proxy, one local
+    expert of 8192 rows of 14336 on an H100."""
+    from mocked_model.compute.ops import kernels_of
+
+    p = Precision("bf16", 2)
+    m = 8192 * 14336  # 117,440,512 activations
+    fwd = kernels_of(_item("gelu", ((8192, 14336),), fused=False, weighted=True, probs_bytes=4), p)
+    # GeLU reads and writes the 2-byte values (4m B); the product writes fp32 (2m + 4m), the cast reads it (4m + 2m)
+    assert [(k.nbytes, k.count, k.kind) for k in fwd] == [(4 * m, 1, "activation"), (12 * m, 2, "add")]
+    # H100: 3.35 TB/s x 0.69 (activation) and x 0.86 (add), 3 us a kernel
+    assert sum(k.ns(H100) for k in fwd) == pytest.approx(
+        3000 + 4 * m / (3.35e12 * 0.69) * 1e9 + 2 * 3000 + 12 * m / (3.35e12 * 0.86) * 1e9)
+    bwd = kernels_of(_item("gelu", ((8192, 14336),), "backward", fused=False, weighted=True, probs_bytes=4), p)
+    # GeLU's backward 6m; the weighting's: cast up (2+4), g*p (4+4), cast down (4+2), g*x (4+2+4), row sums (4): 34m
+    assert [(k.nbytes, k.count) for k in bwd] == [(6 * m, 1), (34 * m, 5)]
+    # bf16 probabilities keep the product in bf16: one kernel forward (4m), three backward (12m)
+    same = kernels_of(_item("gelu", ((8192, 14336),), fused=False, weighted=True, probs_bytes=2), p)
+    assert [(k.nbytes, k.count) for k in same] == [(4 * m, 1), (4 * m, 1)]
+    # gated and fused (weighted_bias_swiglu_impl): the weights ride in the activation kernel, nothing added
+    fused = kernels_of(_item("swiglu", ((8192, 2 * 14336),), fused=True, weighted=True, probs_bytes=4), p)
+    assert len(fused) == 1
+
+
+def test_gelu_experts_never_fuse_their_weighting():
+    """The experts' activation item is fused only when gated (SwiGLU) and bias-activation fusion is on, and it carries
+    the router's probability width (an fp32 router: 4 bytes)."""
+    from dataclasses import replace
+
+    def experts_activation(model, **training):
+        return [i for i in workload(model, world=4, tp=1, ep=4, computation_enable=True, **training)
+                if "MoEExperts" in i.stage and i.stage.endswith("activation")]
+
+    assert not MOE.swiglu
+    plain = experts_activation(MOE)
+    gated = experts_activation(replace(MOE, swiglu=True))
+    assert plain and gated
+    assert all(i.meta["weighted"] and not i.meta["fused"] for i in plain)
+    assert all(i.meta["weighted"] and i.meta["fused"] for i in gated)
+    assert {i.meta["probs_bytes"] for i in plain} == {2}  # bf16 router by default

@@ -254,7 +254,26 @@ def _activation_kernels(item, p: Precision) -> list[Kernel]:
             out.append(mem("bias add", n * 3 * p.a, kind="add"))
     if backward and meta.get("bias"):
         out.append(mem("bias gradient", n * p.a))
+    if meta.get("weighted") and not fused:
+        out += _weighting_kernels(n // 2 if swiglu else n, p.a, meta.get("probs_bytes", p.a), backward)
     return out
+
+
+def _weighting_kernels(m: int, a: int, pb: int, backward: bool) -> list[Kernel]:
+    """An MoE expert's activation output (``m`` values of ``a`` bytes) times its row's routing probability (``pb``
+    bytes), unfused: ``x * probs.unsqueeze(-1)`` then ``.to(x.dtype)`` (Megatron-core ``TEGroupedMLP.bias_act_func``'s
+    and ``MLP.forward``'s unfused branch).  fp32 probabilities (``--moe_router_dtype fp32``) widen the product to fp32,
+    so forward writes it in fp32 and casts it back.  Backward, as autograd runs it eagerly: the cast's backward (the
+    gradient up to fp32), ``g * p`` and its cast to the input's dtype (the input's gradient), ``g * x`` at full size
+    and its sum over each row (the broadcast probabilities' gradient).  With probabilities of the activations' width
+    the product stays in it and neither cast runs."""
+    if pb > a:
+        if backward:  # cast's backward, g * p, cast down, g * x, its row sums
+            return [mem("weighting backward", m * ((a + pb) + 2 * pb + (pb + a) + (2 * pb + a) + pb), 5, kind="add")]
+        return [mem("weighting by the probabilities, cast back", m * ((a + pb) + (pb + a)), 2, kind="add")]
+    if backward:  # g * p, g * x, its row sums
+        return [mem("weighting backward", m * (2 * a + 3 * a + a), 3, kind="add")]
+    return [mem("weighting by the probabilities", m * 2 * a, kind="add")]
 
 
 def _bda_kernels(item, p: Precision) -> list[Kernel]:
