@@ -548,7 +548,7 @@ def _check_host_memory(job: JobConfig, per_stage: list[tuple[int, int]], world: 
     """``--check``'s host-memory check of a CPU replay (:mod:`replay.memory`): one line when it cannot fit."""
     from mocked_model.aiob.host_memory import aiob_peak, available_memory
     from mocked_model.compute import known_gpu
-    from replay.memory import check_host_memory, host_terms
+    from replay.memory import MESSAGES_SMALLER, check_host_memory, host_terms
     from workload_generator.compute_times import cuda_available
 
     aiob_bytes, aiob_what = 0, ""
@@ -556,7 +556,11 @@ def _check_host_memory(job: JobConfig, per_stage: list[tuple[int, int]], world: 
     if aiob and not cuda_available() and not known_gpu(job.training.gpu_type):
         peak = aiob_peak(job)
         aiob_bytes, aiob_what = peak.bytes, peak.describe()
-    check_host_memory(host_terms(per_stage, world, job.parallel.pp, aiob_bytes, aiob_what), available_memory(), world)
+    # a sweep has no layout or sequence to change: its largest message is --end_size
+    smaller = ("a smaller --end_size makes the largest message smaller" if job.training.frame == "collective_test"
+               else MESSAGES_SMALLER)
+    check_host_memory(host_terms(per_stage, world, job.parallel.pp, aiob_bytes, aiob_what, smaller),
+                      available_memory(), world)
 
 
 def check_main(job: JobConfig, values: dict[str, Any]) -> int:

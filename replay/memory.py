@@ -47,11 +47,16 @@ def gemm_operand_bytes(shapes: Iterable[Any], element: int = 4) -> int:
     return total
 
 
+MESSAGES_SMALLER = "more tp, pp or ep, or a shorter --seq_length or --micro_batch, makes the messages smaller"
+"""How to make a training job's replay buffers smaller (a collective sweep's: a smaller --end_size)."""
+
+
 def host_terms(per_stage: Sequence[tuple[int, int]], world: int, pp: int, aiob_bytes: int = 0,
-               aiob_what: str = "") -> list[tuple[str, int, str]]:
+               aiob_what: str = "", smaller: str = MESSAGES_SMALLER) -> list[tuple[str, int, str]]:
     """The terms of a CPU replay's host memory: ``per_stage`` (buffer bytes, gemm operand bytes) of each pipeline
     stage's rank (with AIOB, of the stage's untimed workload: the messages do not depend on the times), ``aiob_bytes`` of rank 0's
-    timing (0: none on this host's CPU).  Each term: (what, bytes, how to make it smaller)."""
+    timing (0: none on this host's CPU); ``smaller``: how to make the buffers smaller.  Each term: (what, bytes,
+    how to make it smaller)."""
     local = ranks_on_host(world)
     terms: list[tuple[str, int, str]] = []
     if per_stage:
@@ -64,8 +69,7 @@ def host_terms(per_stage: Sequence[tuple[int, int]], world: int, pp: int, aiob_b
         largest = max(b for b, _ in per_stage)
         if buffers:
             terms.append((f"the replay buffers of {local} rank(s) (up to {format_size(largest)} each: the largest "
-                          "message's buffers)", buffers, "more tp, pp or ep, or a shorter --seq_length or --micro_batch, "
-                          "makes the messages smaller"))
+                          "message's buffers)", buffers, smaller))
         if gemm:
             terms.append((f"the matmul operands of --compute_mode gemm in {local} rank(s)", gemm,
                           "--compute_mode sleep replays recorded times without them"))

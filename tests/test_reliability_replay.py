@@ -235,6 +235,16 @@ def test_check_refuses_buffers_that_cannot_fit_host_memory(tmp_path):
     assert not (tmp_path / "results").exists()
 
 
+def test_check_names_end_size_when_a_sweep_cannot_fit(tmp_path):
+    """Before: a collective sweep too large for host memory was told to use more tp, pp or ep or a shorter
+    --seq_length, flags a sweep does not have; its largest message is --end_size."""
+    proc = _aicb("--frame", "collective_test", "--begin_size", "1K", "--end_size", "1T", "--world_size", "4",
+                 "--backend", "gloo", "--check", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "the replay buffers of 4 rank(s)" in proc.stderr and "(a smaller --end_size" in proc.stderr, proc.stderr
+    assert "--seq_length" not in proc.stderr
+
+
 def test_check_refuses_aiob_timing_that_cannot_fit(tmp_path):
     """AIOB on a CPU builds each operation in host memory: a 175B layer over a million tokens cannot fit."""
     torch = pytest.importorskip("torch")
