@@ -535,6 +535,41 @@ def _shared(make: Any, rank: int) -> Any:
     return box[0]
 
 
+def _host_memory_error(applyer: WorkloadApplyer, world: int, frame: str) -> str | None:
+    """A CPU run's own host-memory check, before any rank allocates its buffers: without it only ``--check`` sized
+    them, and ``torchrun aicb.py`` run directly (the sweep's default --end_size is 8 GiB) met an allocator error or
+    the OOM killer.  Every rank's buffer and matmul bytes are gathered; the first rank of each host compares its
+    host's sum with ``MemAvailable`` (read now: the ranks have started, so torch itself is already counted) and
+    returns the refusal, else None.  Collective: every rank calls it."""
+    import socket
+
+    import torch.distributed as dist
+
+    from mocked_model.aiob.host_memory import available_memory
+    from replay.memory import MESSAGES_SMALLER, check_host_memory
+    from utils.units import format_size
+
+    host = socket.gethostname()
+    mine = (host, applyer.plan.main_bytes + applyer.plan.aux_bytes, applyer.gemm_bytes())
+    everyone: list[Any] = [None] * world
+    dist.all_gather_object(everyone, mine)
+    here = [entry for entry in everyone if entry[0] == host]
+    if everyone.index(here[0]) != dist.get_rank():
+        return None   # another rank of this host speaks for it
+    smaller = ("a smaller --end_size makes the largest message smaller" if frame == "collective_test"
+               else MESSAGES_SMALLER)
+    largest = max(buffers for _, buffers, _ in here)
+    terms = [(f"the replay buffers of {len(here)} rank(s) on this host (up to {format_size(largest)} each)",
+              sum(buffers for _, buffers, _ in here), smaller),
+             (f"the matmul operands of --compute_mode gemm in {len(here)} rank(s)", sum(g for _, _, g in here),
+              "--compute_mode sleep replays recorded times without them")]
+    try:
+        check_host_memory(terms, available_memory(), 1)
+    except UserError as exc:
+        return str(exc)
+    return None
+
+
 def _on_cpu(options: ReplayOptions) -> bool:
     """Whether the replay's buffers (and AIOB's tensors) would live in host memory: gloo, or auto without CUDA."""
     if options.backend == "nccl":
@@ -709,6 +744,9 @@ def replay_main(job: JobConfig, values: dict[str, Any]) -> int:
             _agree(error)
         applyer.watchdog = watchdog
         applyer.progress = Progress.for_rank(rank)
+        if device.type == "cpu":
+            watchdog.watch("checking the host memory of the replay buffers")
+            _agree(_host_memory_error(applyer, world, job.training.frame))
         watchdog.watch("agreeing on the process groups")
         kinds_all: list[Any] = [None] * world
         dist.all_gather_object(kinds_all, sorted(k.value for k in applyer.plan.kinds))

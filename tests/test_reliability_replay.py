@@ -276,6 +276,35 @@ def test_check_with_aiob_still_refuses_buffers_that_cannot_fit(tmp_path):
     assert not (tmp_path / "results").exists()
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("world", [1, 2])
+def test_a_run_refuses_buffers_that_cannot_fit_before_allocating(tmp_path, world):
+    """Before: only --check sized the buffers; `torchrun aicb.py` run directly (AICB users do; the sweep's default
+    --end_size is 8 GiB) allocated them all, and a host short of memory failed with an allocator error named after
+    the group being warmed, or met the OOM killer.  Each host's ranks now sum their buffers before allocating."""
+    pytest.importorskip("torch")
+    args = ["--frame", "collective_test", "--begin_size", "1K", "--end_size", "1T", "--iter_num", "1", "--backend", "gloo"]
+    if world == 1:
+        proc = _aicb(*args, cwd=tmp_path)
+    else:
+        proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(world),
+                               "--master_port", str(_free_port()), str(ROOT / "aicb.py"), *args], cwd=tmp_path,
+                              env=_env(), capture_output=True, text=True, timeout=300)
+    ours = [line for line in (proc.stdout + proc.stderr).splitlines() if line.startswith("aicb.py:")]
+    assert len(ours) == 1 and ours[0].startswith("aicb.py: error: the replay needs at least "), proc.stderr[-3000:]
+    assert f"the replay buffers of {world} rank(s) on this host" in ours[0] and "--end_size" in ours[0], ours[0]
+    assert (proc.returncode == 2) if world == 1 else ("exitcode  : 2" in proc.stderr), proc.stderr[-3000:]
+    assert not (tmp_path / "results").exists()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def test_host_terms_arithmetic(monkeypatch):
     """4 ranks on one host, 2 stages: stage 0's ranks take 3 MiB of buffers, stage 1's 1 MiB: 2 x 3 + 2 x 1 = 8 MiB;
     with LOCAL_WORLD_SIZE=2, 2 ranks of the fewest (1 MiB): 2 MiB."""
