@@ -24,24 +24,28 @@ class Input:
     data: Any
 
 
-def load_input(path: str | os.PathLike, want: tuple[str, ...] = ("log", "workload", "sim")) -> Input:
+def load_input(path: Any, want: tuple[str, ...] = ("log", "workload", "sim")) -> Input:
     """Detect the file's kind and load it; ``want`` lists the acceptable kinds (``log``,
-    ``workload``, ``sim``) and any other ends with a message saying what was expected."""
+    ``workload``, ``sim``) and any other ends with a message saying what was expected.  ``path`` may
+    also be a :class:`~log_analyzer.log.Log` a notebook loaded (compare_logs and the plots take one too)."""
+    from log_analyzer.log import Log
     from utils.io import refuse_device
 
-    path = os.fspath(path)
-    refuse_device(path, "a replay log, an AICB workload CSV or a simulator result")  # /dev/zero has no first line
-    kind = detect_kind(path)
-    kind = "sim" if kind in SIM_KINDS else kind
+    if isinstance(path, Log):
+        loaded, path, kind = path, path.path, "log"
+    else:
+        loaded = None
+        path = os.fspath(path)
+        refuse_device(path, "a replay log, an AICB workload CSV or a simulator result")  # /dev/zero has no first line
+        kind = detect_kind(path)
+        kind = "sim" if kind in SIM_KINDS else kind
     if kind not in want:
         names = {"log": "a replay log (*_log.csv)", "workload": "an AICB workload CSV",
                  "sim": "a simulator result (*EndToEnd.csv or our simai_layers.csv / topo_*.csv)"}
         expected = " or ".join(names[w] for w in want)
         raise FormatError(path, f"this is {names[kind].split(' (')[0]}; expected {expected}")
     if kind == "log":
-        from log_analyzer.log import Log
-
-        return Input(path, kind, Log.load(path))
+        return Input(path, kind, loaded if loaded is not None else Log.load(path))
     if kind == "workload":
         from log_analyzer.summary import workload_frame
 

@@ -543,12 +543,13 @@ def sim_sections(sim: Any, image_format: str = "png", prefix: str = "sim", headi
 KIND_TITLES = {"log": "Replay log", "workload": "Workload", "sim": "Simulation"}
 
 
-def build_report(path: str | os.PathLike, sim: Any = None, nominal: Mapping[str, float] | None = None,
+def build_report(path: Any, sim: Any = None, nominal: Mapping[str, float] | None = None,
                  image_format: str = "png", iteration: int | None = None, title: str | None = None) -> str:
     """The HTML page of ``path`` (a replay log, a workload CSV or a simulator result; the kind is read
-    from the header) and, with ``sim`` (a result file, a SimResult or a SimulationResult), the
-    simulation beside it.  ``nominal``: link bandwidths in GB/s drawn as reference lines (one value
-    also gives each size's busbw as a percentage of it); ``iteration``: the timeline's iteration.
+    from the header; or a loaded :class:`~log_analyzer.log.Log`) and, with ``sim`` (a result file, a
+    SimResult or a SimulationResult), the simulation beside it.  ``nominal``: link bandwidths in GB/s
+    drawn as reference lines (one value also gives each size's busbw as a percentage of it);
+    ``iteration``: the timeline's iteration.
     Raises :class:`~utils.errors.UserError` subclasses for bad inputs."""
     from log_analyzer.inputs import load_input
 

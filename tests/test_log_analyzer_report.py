@@ -157,6 +157,16 @@ def test_log_report_tables_by_hand(small_log):
     assert "Nominal bandwidth" in page and "NVLink 2 GB/s" in page
 
 
+def test_build_report_takes_a_loaded_log(small_log):
+    """Before: a notebook's Log (what Log.load gives, and what compare_logs and the plots take) was refused by
+    build_report with a TypeError (expected str, bytes or os.PathLike object, not Log)."""
+    log = Log.load(small_log)
+    assert build_report(log) == build_report(small_log)
+    assert load_input(log).path == small_log
+    with pytest.raises(UserError, match="this is a replay log; expected a simulator result"):
+        load_input(log, want=("sim",))
+
+
 def test_tables_agree_with_the_summary_functions(small_log):
     log = Log.load(small_log)
     summary = log.comm_summary()
