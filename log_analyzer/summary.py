@@ -86,7 +86,8 @@ def comm_summary(items: pd.DataFrame) -> pd.DataFrame:
         times = part["elapsed_ms"].to_numpy(dtype=float)
         busbw = part["busbw_gbps"].to_numpy(dtype=float)
         slowest = straggler = pd.NA
-        max_time = float(np.nanmax(times)) if times.size else float("nan")
+        # (a workload read as a log has no times: nanmax of them all NaN warns)
+        max_time = float(np.nanmax(times)) if np.isfinite(times).any() else float("nan")
         if "slowest_rank" in part.columns and part["slowest_rank"].notna().any():
             slowest = int(part["slowest_rank"].dropna().mode().iloc[0])
             max_time = float(part["max_elapsed_ms"].max())
