@@ -130,6 +130,15 @@ def test_bad_files(tmp_path):
         Workload.load(tmp_path / "missing.csv")
 
 
+
+def test_a_simai_file_is_named_as_such(examples):
+    """Before: a SimAI workload file given where an AICB CSV is read (aicb.py --workload, SimAI users' first try)
+    was told 'header lacks column(s) comm_type, ...', not what the file is and which command takes it."""
+    with pytest.raises(FormatError, match=r"simai_micro_allreduce.txt:1: a SimAI workload file \(python -m simulator "
+                                          r"-w reads it\), not an AICB workload CSV"):
+        Workload.load(examples / "simai_micro_allreduce.txt")
+
+
 def test_dump_is_atomic(tmp_path):
     class Boom(Exception):
         pass

@@ -297,6 +297,8 @@ _NONE_CELLS = frozenset({"", "None", "none", "null"})
 accepted as absent where a value may be absent).  NaN and other negative numbers are bad values,
 refused with the row's line and column."""
 _MAX_INT = 2**63 - 1
+_SIMAI_POLICY = re.compile(r"^[A-Z][A-Z_]*(\s|$)")
+"""The first line of a SimAI workload file: its parallelism policy (HYBRID_TRANSFORMER_FWD_IN_BCKWD, DATA, ...)."""
 """Largest count the formats and pandas' int64 columns hold."""
 _SHAPE_RE = re.compile(r"\(([^()]*)\)")
 _SHAPES_EXPECTED = ("expected a byte count (a non-negative integer) or computation shapes such as "
@@ -432,6 +434,10 @@ def read_csv(handle, path: str = "<workload>") -> list[WorkItem]:
                 continue  # AICB's legacy "[rank0 ~ rank127]" line
             header = [c.strip() for c in row]
             missing = [c for c in _REQUIRED if c not in header]
+            if missing and len(row) == 1 and _SIMAI_POLICY.match(first):
+                # SimAI's first line (a parallelism policy, then key: value pairs): say what the file is
+                raise FormatError(path, f"a SimAI workload file (python -m simulator -w reads it), not an AICB workload "
+                                        f"CSV (header {_HEADER_LINE})", line=line)
             if missing:
                 raise FormatError(path, f"header lacks column(s) {', '.join(missing)} "
                                         f"(expected {_HEADER_LINE})", line=line)
