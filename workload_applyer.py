@@ -600,8 +600,8 @@ def _check_host_memory(job: JobConfig, per_stage: list[tuple[int, int]], world: 
 
 def check_main(job: JobConfig, values: dict[str, Any]) -> int:
     """``aicb.py --check``: what every rank checks before it talks (the flags, the launch, the
-    workload of each pipeline stage's first rank, the backend), done once; nothing starts and nothing
-    is written.  Raises :class:`UserError`; prints one line when all is well."""
+    workload of each pipeline stage's first rank, or of every rank with a ``{rank}`` template, the backend),
+    done once; nothing starts and nothing is written.  Raises :class:`UserError`; prints one line when all is well."""
     rank, world, _ = launch_env(job, check=True)
     options = options_from(job, values)
     if options.backend == "nccl":
@@ -631,6 +631,13 @@ def check_main(job: JobConfig, values: dict[str, Any]) -> int:
         if cpu:
             per_stage.append((checked.plan.main_bytes + checked.plan.aux_bytes, checked.gemm_bytes()))
     what = f"{items} items in {len(stages)} pipeline stage(s) planned{checked.iterations_note()}"
+    if "{rank}" in (values.get("workload") or ""):
+        # a file per rank: each stage's first rank's says nothing of the others' (missing, another layout's)
+        firsts = {first for _, first in stages}
+        for other in (r for r in range(world) if r not in firsts):
+            workload, source = rank_workload(job, values, other)
+            WorkloadApplyer(workload, job, options, other, source=source)
+        what += f"; the files of all {world} ranks read"
     if aiob:
         what = f"compute times measured by rank 0 at the start (AIOB); {what}"
     if cpu:

@@ -203,6 +203,22 @@ def test_a_computation_time_beyond_any_clock_is_one_line_and_writes_nothing(tmp_
     assert not (tmp_path / "results").exists()
 
 
+def test_check_reads_every_rank_file_of_a_rank_template(tmp_path):
+    """Before: --check read the workload of each pipeline stage's first rank only, so with --workload 'w{rank}.csv'
+    it passed while w1.csv was missing; the run then failed on rank 1."""
+    for rank in (0, 2):   # ranks 0 and 2: the first of stages 0 and 1 (tp 2, pp 2); ranks 1 and 3 have no file
+        proc = subprocess.run([sys.executable, "-m", "workload_generator.generate_megatron_workload", "--model_name",
+                               "gpt_tiny", "--world_size", "4", "--tensor_model_parallel_size", "2",
+                               "--pipeline_model_parallel", "2", "--global_batch", "4", "--pp_rank", str(rank // 2),
+                               "-o", f"w{rank}.csv"], cwd=tmp_path, env=_env(), capture_output=True, text=True,
+                              timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    proc = _aicb("--workload", "w{rank}.csv", "--world_size", "4", "--tensor_model_parallel_size", "2",
+                 "--pipeline_model_parallel", "2", "--check", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.strip() == "aicb.py: error: w1.csv: cannot read: No such file or directory", \
+        proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
 def test_epoch_num_with_a_workload_file_is_honoured(tmp_path):
     """Before: --epoch_num was ignored with --workload (the file's 2 iterations ran whatever it said)."""
     from log_analyzer import Log
