@@ -71,7 +71,7 @@ def test_every_numeric_job_flag_has_a_checking_type():
 
     checked = {cli.integer, cli.positive_int, cli.non_negative_int, cli.number, cli.positive_number, cli.non_negative,
                cli.fraction, cli.probability, cli.pp_rank_type, cli_flags._size, str, None, cli_types.int_pair,
-               cli_types.int_tuple, cli_types.at_least_one}
+               cli_types.int_tuple, cli_types.at_least_one, cli_types.path_text}
     flags = [f for group in ALL_GROUPS.values() for f in group] + list(INFERENCE)
     loose = [f.names[0] for f in flags if f.type not in checked]
     assert loose == []

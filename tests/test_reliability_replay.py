@@ -219,6 +219,15 @@ def test_check_reads_every_rank_file_of_a_rank_template(tmp_path):
         proc.stdout[-2000:] + proc.stderr[-2000:]
 
 
+@pytest.mark.parametrize("flag", ["--workload", "--comp_filepath", "--output_dir", "-o"])
+def test_an_empty_path_is_refused_not_taken_as_absent(tmp_path, flag):
+    """Before: --workload "$FILE" with FILE unset replayed a generated workload of the default model instead (an
+    empty value was taken as no flag), and an empty --comp_filepath, --output_dir or -o as theirs being absent."""
+    proc = _aicb("--model_name", "gpt_tiny", flag, "", "--check", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert flag in proc.stderr and "empty path" in proc.stderr, proc.stderr
+
+
 def test_epoch_num_with_a_workload_file_is_honoured(tmp_path):
     """Before: --epoch_num was ignored with --workload (the file's 2 iterations ran whatever it said)."""
     from log_analyzer import Log

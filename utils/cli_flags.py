@@ -17,6 +17,7 @@ from utils.cli_types import (
     integer,
     non_negative,
     non_negative_int,
+    path_text,
     positive_int,
     positive_number,
     pp_rank_type,
@@ -143,8 +144,8 @@ GENERAL = [
     _switch("--workload_only", "generate the workload and stop (no replay)"),
     _switch("--memory", "print the memory per GPU of the job (parameters, gradients, optimizer states, activations) "
             "and warn when it does not fit --gpu_type"),
-    _f(("--output", "-o"), None, "write the workload to this path instead of AICB's default location", type=str),
-    _f("--output_dir", None, "directory for results (default: results/)", type=str),
+    _f(("--output", "-o"), None, "write the workload to this path instead of AICB's default location", type=path_text),
+    _f("--output_dir", None, "directory for results (default: results/)", type=path_text),
     _f("--max_items", None, "refuse a workload estimated above this many items (default 5,000,000: about 670 MB of "
        "CSV; see docs/workloads.md, 'Size limit')"),
 ]
@@ -309,7 +310,7 @@ AIOB = [
        "'roofline' is accepted for it) or placeholder (default: aiob with --aiob_enable, file with --comp_filepath, "
        "else model when --gpu_type is known, else placeholder)", type=str,
        choices=("aiob", "file", "model", "roofline", "placeholder")),
-    _f("--comp_filepath", None, "read computation times from this AIOB file", type=str),
+    _f("--comp_filepath", None, "read computation times from this AIOB file", type=path_text),
     _switch("--gated_linear_unit", "gated linear unit (set by --swiglu)"),
     _switch("--bias_gelu_fusion", "fused bias+GeLU"),
     _switch("--openai_gelu", "OpenAI's GeLU"),
@@ -340,7 +341,7 @@ REPLAY = [
     _switch("--check", "check the flags, the launch and every pipeline stage's workload as the replay would, then "
             "stop: no process group, nothing written (the AICB scripts run it once before torchrun)"),
     _f("--workload", None, "replay this AICB workload CSV instead of generating one ({pp_rank} and {rank} in the "
-       "path pick a file per pipeline stage or rank)", type=str),
+       "path pick a file per pipeline stage or rank)", type=path_text),
     _f("--emulate", None, "run these collectives (comma list, or all) as the gloo emulations do, even where the "
        "backend has them (for comparison and tests)", type=str),
 ]
@@ -365,7 +366,7 @@ INFERENCE = [
        "--comp_filepath or an existing AIOB output, model with --gpu_type, else AICB's 1 ns placeholder)", type=str,
        choices=("aiob", "file", "model", "placeholder")),
     _f("--comp_filepath", None, "read computation times from this inference compute file (AICB's or ours)",
-       type=str),
+       type=path_text),
     _f("--dtype", None, "weights of the linear layers: float4 (NVFP4, Blackwell only), float8 or bfloat16 (default: "
        "the model's, DeepSeek-V3 float8, the others bfloat16)", type=str),
     _f("--kv_dtype", "bfloat16", "KV cache (and recurrent state) dtype: bfloat16 or float8", type=str),

@@ -48,6 +48,14 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+def path_text(text: str) -> str:
+    """argparse type of a file or folder flag: any path but an empty one, which the commands would take as the flag
+    not given (``--workload "$FILE"`` with FILE unset replayed a generated workload instead)."""
+    if not text:
+        raise argparse.ArgumentTypeError("empty path (give a file or folder)")
+    return text
+
+
 def pp_rank_type(text: str) -> int:
     """argparse type of ``--pp_rank``: a stage index >= 0, or AICB's -1 (meaning 0)."""
     value = integer(text)
