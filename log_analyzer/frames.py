@@ -31,12 +31,14 @@ from utils.workload import (
     _NONE_CELLS,
     _REQUIRED,
     CSV_COLUMNS,
+    DETAIL_HEADER,
     CommGroup,
     CommType,
     WorkItem,
     _parse_row,
     _RowError,
     format_shapes,
+    is_detail_header,
 )
 
 if TYPE_CHECKING:
@@ -341,6 +343,8 @@ class _Reader:
     def header(self, header: list[str] | None, line: int) -> None:
         if header is None:
             raise FormatError(self.path, f"empty file (expected the header {_HEADER_LINE})")
+        if is_detail_header(header):
+            raise FormatError(self.path, DETAIL_HEADER, line=line)
         missing = [c for c in _REQUIRED if c not in header]
         if missing:
             raise FormatError(self.path, f"header lacks column(s) {', '.join(missing)} (expected {_HEADER_LINE})",

@@ -140,6 +140,19 @@ def test_a_workload_loaded_as_a_log_summarises_without_warnings():
     assert len(table) and table["max_time_ms"].isna().all()
 
 
+def test_a_detail_csv_is_named_as_such_where_a_log_or_workload_is_read(tmp_path):
+    """Before: Log.load of a *_detail.csv (a tab completion away from the log) loaded it with every time NaN, and
+    aicb.py --workload of one failed on a p2p row 'needs its peer (dst)': its header has the columns a workload
+    requires.  Both now say what the file is."""
+    from utils.workload import Workload as Items
+
+    detail = tmp_path / "x_detail.csv"
+    detail.write_text(",".join(DETAIL_COLUMNS) + "\n")
+    for load in (Log.load, Items.load):
+        with pytest.raises(FormatError, match=r"x_detail.csv:1: this is a replay's detail CSV: give the \*_log.csv"):
+            load(detail)
+
+
 def test_sweep_summary_uses_the_bandwidth_of_the_mean_time():
     items = pd.DataFrame({
         "iteration": [1, 1, 2, 2], "comm_type": ["all_reduce"] * 4, "msg_size": [1_000_000] * 2 + [2_000_000] * 2,

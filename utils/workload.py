@@ -167,6 +167,14 @@ CSV_COLUMNS = (
 """The AICB workload CSV header, in order."""
 _HEADER_LINE = ",".join(CSV_COLUMNS)
 _REQUIRED = ("comm_type", "comm_group", "comm_group_size", "msg_size", "stage")
+DETAIL_HEADER = "this is a replay's detail CSV: give the *_log.csv beside it (or a workload CSV)"
+"""The refusal of a ``*_detail.csv`` where a workload or log is read: its header has every :data:`_REQUIRED`
+column, so it used to load, with no times (a log) or no p2p peers (a replayed workload)."""
+
+
+def is_detail_header(header: list[str]) -> bool:
+    """Whether ``header`` is a replay's detail CSV's (log_analyzer.log.DETAIL_COLUMNS: ``row``, ``max_elapsed_ms``)."""
+    return "row" in header and "max_elapsed_ms" in header
 
 
 @dataclass
@@ -433,6 +441,8 @@ def read_csv(handle, path: str = "<workload>") -> list[WorkItem]:
             if first.startswith("[") and len(row) == 1:
                 continue  # AICB's legacy "[rank0 ~ rank127]" line
             header = [c.strip() for c in row]
+            if is_detail_header(header):
+                raise FormatError(path, DETAIL_HEADER, line=line)
             missing = [c for c in _REQUIRED if c not in header]
             if missing and len(row) == 1 and _SIMAI_POLICY.match(first):
                 # SimAI's first line (a parallelism policy, then key: value pairs): say what the file is
