@@ -136,14 +136,15 @@ def _guard(outputs: dict[str, str | None], inputs: dict[str, str | None]) -> Non
             guard_output(path, {name: read_paths(value) for name, value in inputs.items()}, flag)
 
 
-def _check_output(path: str, folder: bool = False) -> None:
+def _check_output(path: str, folder: bool = False, flag: str = "-o/--output") -> None:
+    """``flag``: the flag that named ``path``, which the error names (compare's --html too)."""
     if not path:  # an empty -o would write beside the input or into the working folder without a word
-        raise ConfigError(f"-o/--output: empty path (give a {'folder' if folder else 'file'} name)")
+        raise ConfigError(f"{flag}: empty path (give a {'folder' if folder else 'file'} name)")
     if folder:
         if os.path.exists(path) and not os.path.isdir(path):
-            raise ConfigError(f"-o/--output {path}: exists and is not a folder")
+            raise ConfigError(f"{flag} {path}: exists and is not a folder")
     elif os.path.isdir(path):
-        raise ConfigError(f"-o/--output {path}: is a folder (give a file name)")
+        raise ConfigError(f"{flag} {path}: is a folder (give a file name)")
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -211,7 +212,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if path is not None:
             if not path:
                 raise ConfigError(f"{flag}: empty path (give a file name)")
-            _check_output(path)
+            _check_output(path, flag=flag)
     if args.output and args.html and os.path.realpath(args.output) == os.path.realpath(args.html):
         raise ConfigError(f"-o/--output {args.output} and --html {args.html} are one file: the page would replace the "
                           "table (give two names)")

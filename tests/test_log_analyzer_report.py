@@ -353,6 +353,7 @@ def test_wrong_kinds_and_flags(tmp_path, small_log, capsys):
         (["report", small_log, "--iteration", "9"], "--iteration 9: the log has iterations 0 to 2"),
         (["report", small_log, "--nominal_gbps", "-1"], "expected a bandwidth > 0 GB/s"),
         (["report", small_log, "-o", str(tmp_path)], "is a folder"),
+        (["compare", small_log, small_log, "--html", str(tmp_path)], f"--html {tmp_path}: is a folder"),  # was "-o"
         (["report", small_log, "--topology", workload], str(workload)),
         (["report"], "the following arguments are required: input"),
     ]
