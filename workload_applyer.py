@@ -121,7 +121,9 @@ class WorkloadApplyer:
         self.print = print_fn
         self.progress = progress or Progress(False)
         self.generator = job.parallel.rank_generator()
-        self.plan: Plan = plan_workload(workload, self.generator, rank, options.dtype, source)
+        # the groups from the job's layout, as the generator wrote the workload (expert groups from its expert layout)
+        self.layout = job.parallel
+        self.plan: Plan = plan_workload(workload, self.layout, rank, options.dtype, source)
         if options.iterations is not None and len(self.plan.blocks) < 2:
             raise ConfigError(f"--epoch_num {options.iterations}: {source} holds no iteration after its init block "
                               "(no epoch_end marker ends one) to repeat; drop --epoch_num")
@@ -147,8 +149,8 @@ class WorkloadApplyer:
         self.device = device
         self._watch("creating the process groups")
         kinds = kinds if kinds is not None else self.plan.kinds
-        self.progress.start("process groups", group_count(self.generator, kinds), unit="group")
-        self.groups = ProcessGroups(self.generator, self.rank, kinds, self.options.timeout_s, self.progress.step)
+        self.progress.start("process groups", group_count(self.layout, kinds), unit="group")
+        self.groups = ProcessGroups(self.layout, self.rank, kinds, self.options.timeout_s, self.progress.step)
         self.progress.close()
         cuda = self.device.type == "cuda"
         self.ops = Collectives(self.options.backend, self.options.emulate, self.device.index if cuda else None)

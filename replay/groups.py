@@ -14,8 +14,13 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from utils.parallel import ParallelConfig
 from utils.rank_generator import RankGenerator
 from utils.workload import CommGroup
+
+Layout = RankGenerator | ParallelConfig
+"""Where the groups come from: the job's layout (the replay's: expert groups from Megatron core's expert layout,
+the embedding group from the model) or one RankGenerator (its dense and ep-splits-dp views alone)."""
 
 TOKENS = {
     CommGroup.tp_group: "tp", CommGroup.dp_group: "dp", CommGroup.pp_group: "pp", CommGroup.ep_group: "ep",
@@ -26,12 +31,18 @@ TOKENS = {
 """RankGenerator token of each CommGroup (embedding_group and all_nodes are derived, see :func:`group_ranks`)."""
 
 
-def group_ranks(generator: RankGenerator, group: CommGroup) -> list[list[int]]:
+def group_ranks(generator: Layout, group: CommGroup) -> list[list[int]]:
     """Every group of ``group``'s kind as lists of global ranks, in RankGenerator's order.
 
     ``embedding_group``: the first and last stage of each pipeline (Megatron's
     ``_EMBEDDING_GROUP``; one rank when pp == 1); ``all_nodes``: the whole world.
     """
+    if isinstance(generator, ParallelConfig):
+        # the job's layout, as the generator wrote the workload: a RankGenerator alone has no expert layout of its
+        # own (cp folded into expert dp, --expert_tensor_parallel_size) and no MTP embedding stages
+        if group is CommGroup.embedding_group and generator.pp == 1:
+            return [[rank] for rank in range(generator.world_size)]
+        return [list(r) for r in generator.group_ranks(group.value)]
     if group is CommGroup.all_nodes:
         return [list(range(generator.world_size))]
     if group is CommGroup.embedding_group:
@@ -68,7 +79,7 @@ class ProcessGroups:
     each group is created (a progress bar).
     """
 
-    def __init__(self, generator: RankGenerator, rank: int, kinds: Iterable[CommGroup], timeout_s: float,
+    def __init__(self, generator: Layout, rank: int, kinds: Iterable[CommGroup], timeout_s: float,
                  on_group: Callable[[], None] | None = None) -> None:
         import torch.distributed as dist
 
@@ -98,12 +109,12 @@ class ProcessGroups:
         return [self._mine[k] for k in CommGroup if k in self._mine]
 
 
-def group_count(generator: RankGenerator, kinds: Iterable[CommGroup]) -> int:
+def group_count(generator: Layout, kinds: Iterable[CommGroup]) -> int:
     """How many groups :class:`ProcessGroups` creates for ``kinds`` (every rank creates them all)."""
     return sum(len(group_ranks(generator, kind)) for kind in set(kinds))
 
 
-def member_group(generator: RankGenerator, rank: int, kind: CommGroup) -> tuple[int, list[int]] | None:
+def member_group(generator: Layout, rank: int, kind: CommGroup) -> tuple[int, list[int]] | None:
     """``(index, ranks)`` of the group of ``kind`` that holds ``rank`` (None when it is in none:
     a middle pipeline stage and the embedding group).  Needs no torch: used to validate a workload
     before any process group exists."""

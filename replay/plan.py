@@ -15,9 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from replay.groups import member_group
+from replay.groups import Layout, member_group
 from utils.errors import UserError
-from utils.rank_generator import RankGenerator
 from utils.units import DTYPE_BYTES, busbw_factor, format_size
 from utils.workload import CommGroup, CommType, WorkItem, Workload
 
@@ -123,7 +122,7 @@ def _fail(source: str, index: int, item: WorkItem, message: str) -> UserError:
     return UserError(f"{source}: item {index} ({describe(item)}): {message}")
 
 
-def resolve_item(item: WorkItem, index: int, generator: RankGenerator, rank: int, dtype: str, source: str) -> Resolved:
+def resolve_item(item: WorkItem, index: int, generator: Layout, rank: int, dtype: str, source: str) -> Resolved:
     """Check one communication item against the layout and resolve it for ``rank``."""
     kind = item.comm_group or CommGroup.all_nodes
     member = member_group(generator, rank, kind)
@@ -180,7 +179,7 @@ def _buffer_needs(r: Resolved) -> tuple[int, int]:
     return r.nbytes, 0
 
 
-def plan_workload(workload: Workload, generator: RankGenerator, rank: int, dtype: str, source: str) -> Plan:
+def plan_workload(workload: Workload, generator: Layout, rank: int, dtype: str, source: str) -> Plan:
     """The replay plan of ``rank``'s workload.  Raises :class:`UserError` naming the item."""
     items = workload.items
     plan = Plan(blocks=[[]], ended=[False])

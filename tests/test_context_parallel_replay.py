@@ -47,3 +47,24 @@ def test_cp2_job_replays_over_gloo(tmp_path, comm_type):
         a2a = [r for r in iteration if r.comm_type is CommType.all_to_all]
         # per layer and micro-batch Q, K, V, O forward and dO, dQ, dK, dV backward
         assert len(a2a) == 2 * 2 * 8 and {r.comm_group for r in a2a} == {CommGroup.cp_group}
+
+
+EP_CP = ["--frame", "Megatron", "--model_name", "gpt_tiny", "--context-parallel-size", "2", "--moe_enable",
+         "--num_experts", "4", "--moe_router_topk", "2", "--expert_model_parallel_size", "2", "--seq_length", "64",
+         "--num_layers", "2", "--global_batch", "2"]
+"""gpt_tiny as MoE on 4 ranks: cp 2 x dp 2, ep 2; Megatron core folds cp into expert dp (tp x cp x dp / ep = 2)."""
+
+
+def test_an_expert_parallel_job_with_context_parallelism_replays_over_gloo(tmp_path):
+    """Before: the replay refused this valid job ('comm_group_size 2, but the ep_dp_group of this layout has 1 ranks'):
+    its groups came from the dense rank generator, where ep splits dp and cp stays outside expert dp."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "4", "--master_port", str(free_port()),
+           str(ROOT / "aicb.py"), *EP_CP]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=base_env(), capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    log = "megatron_gpt_tiny_sp_False_iteration_1_computationEnable_False_4n_log.csv"
+    logged = split_log(Workload.load(tmp_path / "results" / "comm_logs" / log).items)
+    expected = tiny_workload(base=EP_CP).iterations()
+    assert [[row_signature(r) for r in rows] for rows in logged] == [[row_signature(i) for i in items] for items in expected]
+    groups = {(r.comm_type, r.comm_group, r.comm_group_size) for r in logged[1]}
+    assert (CommType.all_to_all, CommGroup.ep_group, 2) in groups and (CommType.all_reduce, CommGroup.ep_dp_group, 2) in groups

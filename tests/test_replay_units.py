@@ -48,6 +48,27 @@ def test_group_lists_follow_megatron():
     assert group_ranks(RankGenerator(tp=2), G.embedding_group) == [[0], [1]]   # pp 1: one rank
 
 
+@pytest.mark.parametrize("layout", [
+    ["--context-parallel-size", "2", "--expert_model_parallel_size", "2"],             # cp folded into expert dp
+    ["--tensor_model_parallel_size", "2", "--expert_model_parallel_size", "2", "--expert_tensor_parallel_size", "1",
+     "--enable_sequence_parallel"],                                                      # etp != tp
+])
+def test_the_replay_plans_moe_layouts_with_the_jobs_expert_groups(layout):
+    """Before: the replay grouped ranks with the dense RankGenerator alone (ep splitting dp), so a valid MoE job with
+    context parallelism (expert dp = tp x cp x dp / (etp x ep)) or an expert tensor-parallel size other than tp was
+    refused: 'comm_group_size 2, but the ep_dp_group (or ep_group) of this layout has 1 ranks'.  The groups now come
+    from the job's layout (utils.parallel.ParallelConfig.group_ranks), as the generator's and the simulator's do."""
+    job, _ = parse_job(["--model_name", "gpt_tiny", "--world_size", "4", "--moe_enable", "--num_experts", "4",
+                        "--moe_router_topk", "2", "--global_batch", "4", *layout], "t", "")
+    workload = build_workload(job)
+    for rank in range(4):
+        plan = plan_workload(workload, job.parallel, rank, "bfloat16", "w")
+        for item in workload.items:
+            resolved = plan.resolved.get(id(item))
+            if resolved is not None and item.comm_group is not None and item.comm_group.value != "embedding_group":
+                assert list(resolved.ranks) == list(job.parallel.group_of(rank, item.comm_group.value))
+
+
 # ---- the plan -------------------------------------------------------------------------------------
 
 def test_megatron_p2p_calls_become_batches():
