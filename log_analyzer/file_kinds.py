@@ -12,6 +12,7 @@ import csv
 import os
 
 from utils.errors import FormatError
+from utils.io import TEXT_ENCODING
 
 EXPECTED = ("a replay log (*_log.csv), an AICB workload CSV (comm_type,comm_group,...,count) or a simulator result "
             "(*EndToEnd.csv, *simai_layers.csv, *topo_stages.csv, *topo_layers.csv, *topo_collectives.csv)")
@@ -47,7 +48,7 @@ def detect_kind(path: str | os.PathLike) -> str:
     with no rows after its header."""
     path = os.fspath(path)
     try:
-        with open(path, newline="", encoding="utf-8") as handle:
+        with open(path, newline="", encoding=TEXT_ENCODING) as handle:  # a byte-order mark skipped
             reader = csv.reader(handle)
             header: list[str] | None = None
             for row in reader:

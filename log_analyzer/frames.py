@@ -218,10 +218,10 @@ def _expected_rows(path: str) -> int:
 @contextmanager
 def open_text(path: str, expected: str) -> Iterator[Any]:
     """``path`` opened as UTF-8 text; reading errors become one :class:`FormatError` naming the file."""
-    from utils.io import refuse_device
+    from utils.io import TEXT_ENCODING, refuse_device
 
     try:
-        with open(path, newline="", encoding="utf-8") as handle:
+        with open(path, newline="", encoding=TEXT_ENCODING) as handle:  # a byte-order mark skipped
             refuse_device(path, expected, handle)
             yield handle
     except OSError as exc:

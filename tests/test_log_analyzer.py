@@ -153,6 +153,21 @@ def test_a_detail_csv_is_named_as_such_where_a_log_or_workload_is_read(tmp_path)
             load(detail)
 
 
+def test_a_log_saved_with_a_byte_order_mark_loads(tmp_path):
+    """A log opened and saved again in Excel ("CSV UTF-8") starts with a byte-order mark: Log.load and the CLI's
+    kind detection refused it ('header lacks column(s) comm_type', 'unrecognised header')."""
+    from log_analyzer import detect_kind
+
+    log = tmp_path / "x_log.csv"
+    with LogWriter(log) as writer:
+        writer.write(WorkItem(CommType.all_reduce, CommGroup.dp_group, 2, 1024, "a"), 1.0, 1.0, 1.0)
+        writer.write_epoch_end(2.0)
+    marked = tmp_path / "excel_log.csv"
+    marked.write_bytes(b"\xef\xbb\xbf" + log.read_bytes())
+    assert detect_kind(marked) == "log"
+    assert Log.load(marked).items.equals(Log.load(log).items)
+
+
 def test_sweep_summary_uses_the_bandwidth_of_the_mean_time():
     items = pd.DataFrame({
         "iteration": [1, 1, 2, 2], "comm_type": ["all_reduce"] * 4, "msg_size": [1_000_000] * 2 + [2_000_000] * 2,

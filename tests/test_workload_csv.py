@@ -131,6 +131,15 @@ def test_bad_files(tmp_path):
 
 
 
+def test_a_byte_order_mark_is_read_past(examples, tmp_path):
+    """Excel's "CSV UTF-8" and pandas' encoding="utf-8-sig" start the file with a byte-order mark: the reader saw a
+    column named '\ufeffcomm_type' and said 'header lacks column(s) comm_type' of a header that shows it."""
+    source = examples / "aicb_workload_L7B_megatron_tp2_pp1_mbs1.csv"
+    marked = tmp_path / "excel.csv"
+    marked.write_bytes(b"\xef\xbb\xbf" + source.read_bytes())
+    assert [i.comm_type for i in Workload.load(marked)] == [i.comm_type for i in Workload.load(source)]
+
+
 def test_a_simai_file_is_named_as_such(examples):
     """Before: a SimAI workload file given where an AICB CSV is read (aicb.py --workload, SimAI users' first try)
     was told 'header lacks column(s) comm_type, ...', not what the file is and which command takes it."""

@@ -383,13 +383,19 @@ def not_a_file(path: str | os.PathLike) -> str:
     return "not a regular file"
 
 
+TEXT_ENCODING = "utf-8-sig"
+"""How the readers decode: UTF-8, a leading byte-order mark skipped (a file saved by Excel as "CSV UTF-8" starts with one,
+and its first column's name then failed every header check)."""
+
+
 def read_text(path: str | os.PathLike, expected: str, what: str = "") -> str:
     """The whole text of a UTF-8 file (line ends as written), or a :class:`FormatError` naming it:
     ``cannot read[ what]: <reason>``, ``not a text file (expected <expected>)`` or, for a device such as
     ``/dev/zero``, ``a device, not a file``."""
     path = os.fspath(path)
     try:
-        with open(path, encoding="utf-8", newline="") as handle:
+        # utf-8-sig: a byte-order mark (Excel's "CSV UTF-8", pandas' utf-8-sig) is read past, not taken as text
+        with open(path, encoding=TEXT_ENCODING, newline="") as handle:
             refuse_device(path, expected, handle)
             return handle.read()
     except OSError as exc:
@@ -407,7 +413,7 @@ def read_lines(path: str | os.PathLike, expected: str, what: str = "") -> Iterat
     try:
         # newline="" ends lines at \n, \r and \r\n only, so every chunk ends where splitlines() would
         # end a line too; splitting each chunk gives the other separators splitlines() knows.
-        with open(path, encoding="utf-8", newline="") as handle:
+        with open(path, encoding=TEXT_ENCODING, newline="") as handle:
             refuse_device(path, expected, handle)
             for chunk in handle:
                 yield from chunk.splitlines()
