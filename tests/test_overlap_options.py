@@ -58,6 +58,21 @@ def test_without_overlap_the_gathers_stay_in_the_step():
     assert [(i.msg_size, "overlap" in i.meta) for i in gathers] == [(213760, False), (180736, False)]
 
 
+def test_param_gather_overlaps_without_the_overlapped_reduction():
+    # Megatron-Bridge's DeepSeek-V3 H100 recipe (25.09) runs overlap_param_gather with overlap_grad_reduce off, which
+    # Megatron-core's DDP accepts (only Megatron-LM's arguments.py refuses it): it was refused here. Without the
+    # overlapped reduction Megatron-core keeps one bucket per buffer (197184 padded to lcm(dp 2, 128): 197248), reduced
+    # after backward in the step; its all-gather (bf16, 2 B per element) is still left to the next forward
+    gen = MegatronWorkload(_two_bucket_job(overlap_grad_reduce=False, overlap_param_gather=True))
+    (buffer,) = gen.buffers[0]
+    assert [b.numel for b in buffer.buckets] == [197248]
+    items = gen().items
+    gathers = [i for i in items if i.stage == "step.param_all_gather"]
+    assert [(i.msg_size, i.meta["need"], i.meta["overlap"]) for i in gathers] == [(394496, "embedding", "param_gather")]
+    assert not any(i.stage == "backward.overlap_grad_reduce" for i in items)
+    assert any(i.stage == "step.finish_grad_sync" for i in items)
+
+
 def test_grad_reduce_in_bf16_halves_the_reductions_and_the_gradient_buffers():
     # --grad_reduce_in_bf16: DDP's buffers in bf16: each bucket's reduce-scatter moves 2 B per element, the weight
     # gradient GEMMs accumulate into a bf16 main gradient, the memory estimate keeps 2 B of gradient per parameter

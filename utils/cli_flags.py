@@ -233,7 +233,8 @@ MEGATRON = [
     _f("--hierarchical_context_parallel_sizes", None, "with --cp_comm_type a2a+p2p: the a2a and p2p levels' sizes "
        "(their product is --context_parallel_size; Megatron's flag)", type=int_tuple),
     _switch("--overlap_param_gather", "the distributed optimizer's parameter all-gather overlaps the next forward, "
-            "bucket by bucket (Megatron's flag; needs --use-distributed-optimizer and --overlap_grad_reduce)"),
+            "bucket by bucket (Megatron's flag; needs --use-distributed-optimizer; without --overlap_grad_reduce one "
+            "bucket per buffer, as Megatron-core runs it)"),
     _switch(("--grad_reduce_in_bf16", "--no_grad_reduce_in_fp32"), "accumulate and reduce the gradients in bf16 "
             "(Megatron's --grad-reduce-in-bf16; its default reduces in fp32)"),
     _f("--pipeline_model_parallel_layout", None, "the layers of every virtual pipeline stage in Megatron-core's "

@@ -176,8 +176,10 @@ class TrainingConfig:
             raise ConfigError("--moe_token_dispatcher_type flex runs DeepEP: give --moe_enable_deepep")
         if self.overlap_param_gather and not self.use_distributed_optimizer:
             raise ConfigError("--overlap_param_gather needs --use-distributed-optimizer (Megatron's rule)")
-        if self.overlap_param_gather and not self.overlap_grad_reduce:
-            raise ConfigError("--overlap_param_gather needs --overlap_grad_reduce (Megatron's rule)")
+        # --overlap_param_gather without --overlap_grad_reduce is accepted: Megatron-LM's arguments.py refuses the
+        # pair's absence, but Megatron-core's DDP and distributed optimizer run it (one bucket per buffer, gathered
+        # by the forward pre-hooks), and Megatron-Bridge's DeepSeek-V3 H100 recipe trains that way (run_script.py
+        # sets comm_overlap.overlap_grad_reduce False over the recipe's overlap_param_gather True)
         if self.moe_router_dtype not in (None, "fp32", "fp64"):
             raise ConfigError(f"--moe_router_dtype {self.moe_router_dtype!r} is not fp32 or fp64 (Megatron's choices)")
         if self.delay_wgrad_compute and not self.overlap_moe_expert_parallel_comm:
