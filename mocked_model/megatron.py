@@ -26,6 +26,7 @@ from mocked_model.megatron_layers import (
     ColumnParallelLinear,
     Elementwise,
     MegatronContext,
+    RecomputeForward,
     RowParallelLinear,
     _meta,
     bias_dropout_add,
@@ -130,23 +131,27 @@ class TransformerLayer(MockedModule):
         self.attention_part = [
             norm(ctx, f"{p}.input_layernorm", model.normalization, h, layer, "attention",
                  feeds_linear=not model.multi_latent_attention, recompute="layernorm" in modules),
-            *self._attention(ctx, job, layer, "core_attn" in modules),
+            *self._attention(ctx, job, layer, "core_attn" in modules, "mla_up_proj" in modules),
             bias_dropout_add(ctx, f"{p}.self_attn_bda", layer, "attention"),
         ]
-        self.mlp_part = [
-            norm(ctx, f"{p}.pre_mlp_layernorm", model.normalization, h, layer, mlp_sub,
-                 feeds_linear=mlp_sub == "mlp", recompute="layernorm" in modules),
-            *self._mlp(ctx, job, layer),
-            bias_dropout_add(ctx, f"{p}.mlp_bda", layer, mlp_sub),
-        ]
+        pre_mlp = norm(ctx, f"{p}.pre_mlp_layernorm", model.normalization, h, layer, mlp_sub,
+                       feeds_linear=mlp_sub == "mlp", recompute="layernorm" in modules)
+        mlp = self._mlp(ctx, job, layer)
+        if "mlp" in modules and mlp_sub == "mlp":
+            # --recompute_modules mlp: the dense MLP under te_checkpoint (Megatron-core's recompute_mlp, never an MoE
+            # layer), replayed at the start of its backward; a norm Transformer Engine fuses into fc1 is inside it
+            group = ([pre_mlp] if pre_mlp.options.get("in_linear") else []) + mlp
+            mlp = [*mlp, RecomputeForward(f"{p}.mlp.checkpoint", group)]
+        self.mlp_part = [pre_mlp, *mlp, bias_dropout_add(ctx, f"{p}.mlp_bda", layer, mlp_sub)]
         self.children = self.attention_part + self.mlp_part
 
-    def _attention(self, ctx: MegatronContext, job: JobConfig, layer: int, selective: bool) -> list[MockedModule]:
+    def _attention(self, ctx: MegatronContext, job: JobConfig, layer: int, selective: bool,
+                   recompute_up_proj: bool = False) -> list[MockedModule]:
         model = job.model
         if model.multi_latent_attention:
             from mocked_model.mla import mla_attention
 
-            return mla_attention(ctx, job, layer, selective)
+            return mla_attention(ctx, job, layer, selective, recompute_up_proj)
         h, kv, bias, p = model.hidden_size, model.kv_channels, model.add_bias_linear, f"layers.{layer}.self_attention"
         q_size = model.num_attention_heads * kv
         qkv_size = q_size + 2 * model.query_groups * kv

@@ -254,6 +254,23 @@ class Elementwise(MockedModule):
         return [self._item("recompute"), self._item("backward")] if self.recompute else [self._item("backward")]
 
 
+class RecomputeForward(MockedModule):
+    """Selective recomputation of a group of modules under one checkpoint (``--recompute_modules mla_up_proj`` and
+    ``mlp``: Megatron-core's ``CheckpointWithoutOutput`` and ``te_checkpoint``).  Nothing in forward; placed after the
+    module whose backward releases the recompute (in forward order), its backward replays the group's forward, TP
+    collectives included, before the group's backward needs the outputs again."""
+
+    def __init__(self, name: str, group: list[MockedModule]) -> None:
+        super().__init__(name)
+        self.group = group  # not children: their parameters and backward belong to the layer already
+
+    def build_forward(self, phase: str) -> list[WorkItem]:
+        return []
+
+    def build_backward(self) -> list[WorkItem]:
+        return [item for module in self.group for item in module.forward_items("recompute")]
+
+
 def norm(ctx: MegatronContext, name: str, kind: str, width: int, layer: int | None, sub: str,
          feeds_linear: bool = False, recompute: bool = False) -> Elementwise:
     """LayerNorm (weight and bias) or RMSNorm (weight) over ``width``, on the local sequence: fused (Transformer

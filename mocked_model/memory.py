@@ -179,7 +179,9 @@ def layer_activation_bytes(job: JobConfig, layer: int, recompute: str | None = N
         latents = 0.0
     out = a * unsplit * 2                                    # input LayerNorm's input, QKV GEMM's input
     out += a * latents                                       # MLA's compressed query and key/value
-    out += a * tokens * (q_width + kv_width) / tp            # Q, K and V
+    modules = t.recompute_modules if recompute == "selective" else ()
+    if not (m.multi_latent_attention and "mla_up_proj" in modules):  # mla_up_proj: discarded, recomputed in backward
+        out += a * tokens * (q_width + kv_width) / tp        # Q, K and V
     if t.flash_attention:
         out += a * tokens * v_width / tp + 4 * b * heads * s / tp  # output and fp32 log-sum-exp per row
     elif recompute != "selective":
@@ -201,6 +203,9 @@ def layer_activation_bytes(job: JobConfig, layer: int, recompute: str | None = N
         if m.n_shared_experts:
             shared = m.moe_ffn_hidden_size * m.n_shared_experts // tp
             out += a * tokens * (shared * gate + shared)
+    elif "mlp" in modules:  # the dense MLP under a checkpoint: only the checkpoint's input (counted above) is kept
+        if t.stack.te:  # ... which is the norm's input where Transformer Engine fuses the norm into fc1
+            out -= a * unsplit                               # fc1's (normed) input
     else:
         ffn = m.ffn_hidden_size // tp
         out += a * tokens * (ffn * gate + ffn)               # activation's input, fc2's input

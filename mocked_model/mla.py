@@ -18,6 +18,7 @@ from mocked_model.context_parallel import core_attention
 from mocked_model.megatron_layers import (
     ColumnParallelLinear,
     MegatronContext,
+    RecomputeForward,
     RowParallelLinear,
     _meta,
     norm,
@@ -78,28 +79,39 @@ class RotaryKeyGather(MockedModule):
         return self._items(CommType.reduce_scatter, "backward")
 
 
-def mla_attention(ctx: MegatronContext, job: JobConfig, layer: int, selective_recompute: bool) -> list[MockedModule]:
-    """The attention modules of one MLA layer, in forward order (after the input norm)."""
+def mla_attention(ctx: MegatronContext, job: JobConfig, layer: int, selective_recompute: bool,
+                  recompute_up_proj: bool = False) -> list[MockedModule]:
+    """The attention modules of one MLA layer, in forward order (after the input norm).  ``recompute_up_proj``
+    (``--recompute_modules mla_up_proj``): ``qkv_up_proj_and_rope_apply`` runs under ``CheckpointWithoutOutput``, whose
+    outputs are discarded after core attention and recomputed when the gradient of core attention's output arrives
+    (the hook on ``core_attn_out``): after ``linear_proj``'s backward, before core attention's."""
     m = job.model
     h, heads, p = m.hidden_size, m.num_attention_heads, f"layers.{layer}.self_attention"
     q_head = m.qk_head_dim + m.qk_pos_emb_head_dim
     modules: list[MockedModule] = []
+    up: list[MockedModule] = []  # the norms and up projections of qkv_up_proj_and_rope_apply
     if m.q_lora_rank:
-        modules += [
-            DuplicatedLinear(ctx, f"{p}.linear_q_down_proj", h, m.q_lora_rank, layer),
-            norm(ctx, f"{p}.q_layernorm", "RMSNorm", m.q_lora_rank, layer, "attention"),
-            ColumnParallelLinear(ctx, f"{p}.linear_q_up_proj", m.q_lora_rank, heads * q_head, False, layer, "attention"),
-        ]
+        q_up = [norm(ctx, f"{p}.q_layernorm", "RMSNorm", m.q_lora_rank, layer, "attention"),
+                ColumnParallelLinear(ctx, f"{p}.linear_q_up_proj", m.q_lora_rank, heads * q_head, False, layer,
+                                     "attention")]
+        modules += [DuplicatedLinear(ctx, f"{p}.linear_q_down_proj", h, m.q_lora_rank, layer), *q_up]
+        up += q_up
     else:
-        modules.append(ColumnParallelLinear(ctx, f"{p}.linear_q_proj", h, heads * q_head, False, layer, "attention"))
+        q_proj = ColumnParallelLinear(ctx, f"{p}.linear_q_proj", h, heads * q_head, False, layer, "attention")
+        modules.append(q_proj)
+        up.append(q_proj)
+    kv_up = [norm(ctx, f"{p}.kv_layernorm", "RMSNorm", m.kv_lora_rank, layer, "attention"),
+             ColumnParallelLinear(ctx, f"{p}.linear_kv_up_proj", m.kv_lora_rank, heads * (m.qk_head_dim + m.v_head_dim),
+                                  False, layer, "attention")]
+    up += kv_up
     modules += [
         DuplicatedLinear(ctx, f"{p}.linear_kv_down_proj", h, m.kv_lora_rank + m.qk_pos_emb_head_dim, layer),
         RotaryKeyGather(ctx, f"{p}.k_pos_emb", m.qk_pos_emb_head_dim, layer),
-        norm(ctx, f"{p}.kv_layernorm", "RMSNorm", m.kv_lora_rank, layer, "attention"),
-        ColumnParallelLinear(ctx, f"{p}.linear_kv_up_proj", m.kv_lora_rank, heads * (m.qk_head_dim + m.v_head_dim), False,
-                             layer, "attention"),
+        *kv_up,
         core_attention(ctx, f"{p}.core_attention", heads, heads, q_head, layer, selective_recompute, v_head_dim=m.v_head_dim,
                        window=m.attention_window(layer)),
-        RowParallelLinear(ctx, f"{p}.linear_proj", heads * m.v_head_dim, h, False, layer, "attention"),
     ]
+    if recompute_up_proj:
+        modules.append(RecomputeForward(f"{p}.qkv_up_checkpoint", up))
+    modules.append(RowParallelLinear(ctx, f"{p}.linear_proj", heads * m.v_head_dim, h, False, layer, "attention"))
     return modules

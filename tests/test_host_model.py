@@ -220,6 +220,45 @@ def test_selective_recompute_of_layernorm_and_moe_act():
         ["recompute.MegatronCoreAttention.layers.0.self_attention.core_attention"]
 
 
+MLA = ModelConfig(name="tiny_mla", hidden_size=128, num_layers=2, num_attention_heads=4, ffn_hidden_size=256,
+                  vocab_size=256, num_experts=4, moe_router_topk=2, moe_ffn_hidden_size=64, n_dense_layers=1,
+                  normalization="RMSNorm", swiglu=True, position_embedding_type="rope", multi_latent_attention=True,
+                  q_lora_rank=64, kv_lora_rank=32, qk_head_dim=16, qk_pos_emb_head_dim=8, v_head_dim=16)
+
+
+def test_selective_recompute_of_mla_up_proj_and_dense_mlp():
+    # DeepSeek-V3's H100 recipe (Megatron-Bridge, 25.09): --recompute_modules mla_up_proj mlp, refused before.
+    # mla_up_proj: the q/kv norms and up projections (CheckpointWithoutOutput) again after linear_proj's backward and
+    # before core attention's, their SP all-gathers included; mlp: the dense layer's MLP (te_checkpoint), its norm fused
+    # into fc1, again at the start of its backward, fc2's reduce-scatter included; the MoE layer's MLP is not recomputed
+    parallel = ParallelConfig(world_size=4, tp=2, ep=2, micro_batch=1, global_batch=2, sequence_parallel=True)
+    job = JobConfig(MLA, parallel, TrainingConfig(seq_length=32, computation_enable=True, moe_grouped_gemm=True,
+                                                  recompute="selective", recompute_modules=("mla_up_proj", "mlp")))
+    items = [i for i in MegatronWorkload(job)() if (i.meta or {}).get("layer") == 0 and not i.stage.startswith("forward")]
+    stages = [i.stage for i in items]
+    attn = stages.index("recompute.MegatronColumnLinear.layers.0.self_attention.linear_q_up_proj")
+    assert stages.index("backward.MegatronRowLinear.layers.0.self_attention.linear_proj") < attn
+    assert attn < stages.index("backward.MegatronCoreAttention.layers.0.self_attention.core_attention")
+    assert "recompute.MegatronColumnLinear.layers.0.self_attention.linear_kv_up_proj" in stages
+    assert "recompute.MegatronLinear.layers.0.self_attention.linear_kv_down_proj" not in stages
+    fc1 = stages.index("recompute.MegatronColumnLinear.layers.0.mlp.linear_fc1")
+    assert stages.index("recompute.MegatronRMSNorm.layers.0.pre_mlp_layernorm") < fc1
+    assert fc1 < stages.index("recompute.MegatronRowLinear.layers.0.mlp.linear_fc2") < \
+        stages.index("backward.MegatronRowLinear.layers.0.mlp.linear_fc2")
+    # with SP, each recomputed up projection and fc1 gathers its input again, fc2 reduce-scatters its output again
+    recomputed = [i.comm_type.name for i in items if i.stage.startswith("recompute") and not i.is_computation]
+    assert recomputed == ["all_gather", "reduce_scatter", "all_gather", "all_gather"]
+    moe = [i.stage for i in MegatronWorkload(job)() if (i.meta or {}).get("layer") == 1]
+    assert not any(s.startswith("recompute") and ".mlp." in s for s in moe)
+    # the memory estimate drops what the checkpoints discard: Q, K and V; the dense MLP's normed input and inner tensors
+    from mocked_model.memory import layer_activation_bytes
+
+    core_attn = JobConfig(MLA, parallel, TrainingConfig(seq_length=32, computation_enable=True, moe_grouped_gemm=True,
+                                                        recompute="selective"))
+    for layer in (0, 1):
+        assert layer_activation_bytes(job, layer) < layer_activation_bytes(core_attn, layer)
+
+
 def test_expert_bias_is_added_per_expert():
     # biases with grouped GEMMs: TEGroupedMLP._apply_bias, per expert t + b * p, then cat and the cast: with 2 local
     # experts 2 x 2 + 2 = 6 kernels forward, 5 x 2 + 1 = 11 backward
@@ -236,7 +275,8 @@ def test_expert_bias_is_added_per_expert():
     (["--cuda_graph_scope", "attn"], "needs --cuda_graph_impl"),
     (["--cuda_graph_impl", "transformer_engine", "--cuda_graph_scope", "full_iteration"], "needs --cuda_graph_impl local"),
     (["--recompute_modules", "moe_act"], "--recompute_modules needs --recompute_granularity selective"),
-    (["--recompute_granularity", "selective", "--recompute_modules", "mlp"], "--recompute_modules mlp is not modelled"),
+    (["--recompute_granularity", "selective", "--recompute_modules", "moe"], "--recompute_modules moe is not modelled"),
+    (["--recompute_granularity", "selective", "--recompute_modules", "mla_up_proj"], "needs multi-latent attention"),
 ])
 def test_bad_graph_scopes_and_modules(tmp_path, flags, words):
     done = run_cli("-m", "simulator", "--model", "topo", "-g_p_s", "8", "--gpu_type", "H100", "--model_name",

@@ -225,7 +225,9 @@ MEGATRON = [
        "moe_preprocess, mamba, full_iteration (local graphs); none given (or full): whole layers; the captured ops' "
        "host time becomes one graph replay", type=str, nargs="+", choices=(*GRAPH_SCOPE_CHOICES, "full")),
     _f("--recompute_modules", ("core_attn",), "with --recompute_granularity selective: what is recomputed in backward "
-       "(Megatron's flag): core_attn, layernorm (norms not fused into a linear), moe_act (the experts' activation)",
+       "(Megatron's flag): core_attn, layernorm (norms not fused into a linear), moe_act (the experts' activation), "
+       "mla_up_proj (MLA's query and key/value up projections), mlp (the dense layers' MLPs); moe and shared_experts "
+       "are not modelled",
        type=str, nargs="+", choices=RECOMPUTE_MODULE_CHOICES),
     _f("--cp_comm_type", "p2p", "context parallelism's communication (Megatron-core's flag): p2p (ring attention), "
        "a2a (all-to-all of Q/K/V/O, DeepSpeed-Ulysses), allgather (all-gathered K/V) or a2a+p2p (hierarchical)",

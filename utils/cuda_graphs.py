@@ -12,8 +12,8 @@ SCOPES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full_i
 """``CudaGraphScope`` (Megatron-core ``transformer/enums.py``; ``full`` is accepted for an empty list: whole layers)."""
 RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
 """Megatron-core's ``--recompute-modules`` choices."""
-MODELLED_RECOMPUTE = ("core_attn", "moe_act", "layernorm")
-"""The selective recomputations the workload generator replays."""
+MODELLED_RECOMPUTE = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp")
+"""The selective recomputations the workload generator replays (``moe`` and ``shared_experts`` are not)."""
 F_SCOPE = "--cuda_graph_scope"
 
 
@@ -39,6 +39,8 @@ def check_graphs_and_recompute(job: Any) -> None:
             raise ConfigError(f"--recompute_modules {module!r} is not one of {', '.join(RECOMPUTE_MODULES)}")
         if module not in MODELLED_RECOMPUTE:
             raise ConfigError(f"--recompute_modules {module} is not modelled (only {', '.join(MODELLED_RECOMPUTE)})")
+    if t.recompute == "selective" and "mla_up_proj" in t.recompute_modules and not model.multi_latent_attention:
+        raise ConfigError("--recompute_modules mla_up_proj needs multi-latent attention (Megatron's rule)")
     scopes = tuple(t.cuda_graph_scope)
     parse_scopes(scopes)
     if t.cuda_graph_impl == "none":
