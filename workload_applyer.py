@@ -59,7 +59,7 @@ from replay.env import (
 from replay.plan import ALIGN, Plan, Resolved, Step, describe, plan_workload
 from replay.progress import Progress
 from utils.config import JobConfig
-from utils.errors import ConfigError, UserError
+from utils.errors import ConfigError, FormatError, UserError
 from utils.units import algbw, busbw, format_size
 from utils.workload import CommGroup, CommType, Workload
 
@@ -602,7 +602,8 @@ def _check_host_memory(job: JobConfig, per_stage: list[tuple[int, int]], world: 
 
 def check_main(job: JobConfig, values: dict[str, Any]) -> int:
     """``aicb.py --check``: what every rank checks before it talks (the flags, the launch, the
-    workload of each pipeline stage's first rank, or of every rank with a ``{rank}`` template, the backend),
+    workload of each pipeline stage's first rank and, with a ``{rank}`` template, that every rank's file
+    is there, the backend),
     done once; nothing starts and nothing is written.  Raises :class:`UserError`; prints one line when all is well."""
     rank, world, _ = launch_env(job, check=True)
     options = options_from(job, values)
@@ -633,13 +634,20 @@ def check_main(job: JobConfig, values: dict[str, Any]) -> int:
         if cpu:
             per_stage.append((checked.plan.main_bytes + checked.plan.aux_bytes, checked.gemm_bytes()))
     what = f"{items} items in {len(stages)} pipeline stage(s) planned{checked.iterations_note()}"
-    if "{rank}" in (values.get("workload") or ""):
-        # a file per rank: each stage's first rank's says nothing of the others' (missing, another layout's)
+    template = values.get("workload") or ""
+    if "{rank}" in template:
+        # a file per rank: each stage's first rank's says nothing of the others' being there.  Opened, not planned
+        # (planning a thousand ranks' files would take minutes here, while the ranks each plan their own at once)
         firsts = {first for _, first in stages}
         for other in (r for r in range(world) if r not in firsts):
-            workload, source = rank_workload(job, values, other)
-            WorkloadApplyer(workload, job, options, other, source=source)
-        what += f"; the files of all {world} ranks read"
+            stage = generator.coordinates(other)["pp"]
+            path = template.replace("{pp_rank}", str(stage)).replace("{rank}", str(other))
+            try:
+                with open(path, "rb") as handle:
+                    handle.read(1)
+            except OSError as exc:
+                raise FormatError(path, f"cannot read: {exc.strerror}") from None
+        what += f"; the files of all {world} ranks found"
     if aiob:
         what = f"compute times measured by rank 0 at the start (AIOB); {what}"
     if cpu:
