@@ -25,8 +25,9 @@ the cases assume micro-batch 1 and the non-interleaved 1F1B schedule, so they ar
 part of the bar.
 
 The ``moe`` suite holds Megatron-Bridge's MoE rows on DGX H100 (its performance summary archive), each case's flags
-read from the recipe files of the row's container (Megatron-Bridge 9a5ac383, cited per case): dispatcher, CUDA graphs,
-overlaps, recomputation, gradient dtype, parameter gather, fusions.  Its bar is :data:`MOE_BAR_PCT`, not issue 26's
+read from the recipe files of the row's container (Megatron-Bridge 9a5ac383 for Qwen3 and GPT-OSS, bf71eba07 for the
+25.09 container's DeepSeek-V3 on 1024 GPUs, cited per case): dispatcher, CUDA graphs, overlaps, recomputation,
+gradient dtype, parameter gather, fusions.  Its bar is :data:`MOE_BAR_PCT`, not issue 26's
 15%, which it does not meet (the constant says what evidence is missing).  ``h200_mcore_moe`` holds one single-GPU
 Megatron-core MoE step measured on the H200 (Qwen3-30B-A3B's layers at EP 16's local share), reported without a bar.
 
@@ -274,6 +275,54 @@ CASES += [
             "--expert_model_parallel_size", "32", "--expert_tensor_parallel_size", "1", *_QWEN3_ROUTER,
             "--overlap_moe_expert_parallel_comm", "--delay_wgrad_compute"),
 ]
+_DSV3_RECIPE = tuple(flag for flag in _MOE_RECIPE if flag != "--overlap_grad_reduce")
+"""The shared MoE recipe less the overlapped gradient reduce-scatter, which the DeepSeek-V3 H100 recipe of the 25.09
+container turns off (scripts/performance/run_script.py line 95 at Megatron-Bridge bf71eba07 sets
+``comm_overlap.overlap_grad_reduce`` False, which comm_overlap.py, lines 560 and 650, writes over the recipe's
+``ddp.overlap_grad_reduce``); its parameter all-gather stays overlapped (deepseek_v3.py line 273, comm_overlap.py line
+545) and, without the overlapped reduction, Megatron-core keeps one bucket per buffer
+(distributed_data_parallel.py lines 66-68 at core_v0.14.0)."""
+_DSV3_SOURCE = (_BRIDGE + "; DeepSeekV3 (dropless), 25.09 container, recipe at Megatron-Bridge bf71eba07 (v0.1.0rc3, "
+                "the r0.1.0 release branch when the 25.09 summary was published)")
+
+CASES += [
+    # 25.09 container, 1297 tokens/s/GPU, 338 model TFLOP/s/GPU; the archive's only DGX-H100 DeepSeek-V3 row (25.11 and the
+    # 26.x containers list DeepSeek-V3 on GB300, GB200, B300 and B200 only). The 25.09 table has no precision column: the
+    # H100 perf matrix offers bf16, fp8_cs and fp8_ss (configs/deepseek/deepseek_v3_llm_pretrain.yaml lines 75-77 at
+    # bf71eba07), the figure in parentheses (330) is fp8_ss, 128x128 / 1x128 blockwise (mixed_precision.py
+    # bf16_with_fp8_subchannel_scaling_mixed), and the main one FP8 current scaling (the 25.11 archive's H100 rows say
+    # FP8-CS; utils/helpers.py lines 97-101: "tensorwise", first_last_layers_bf16 False). From the yaml's h100 /
+    # num_gpus_1024 entry (lines 60-74, applied by helpers.py lines 154-169): 1024 GPUs, 8 per node, seq 4096, MBS 1,
+    # GBS 8192, TP2 PP8 CP1 VP4 EP64 ETP1, sequence parallel (tp > 1, line 169), cuda_graphs false (no CUDA graphs,
+    # helpers.py lines 114-120), no Megatron FSDP; pipeline layout "Et|(tt|)*30mL" (yaml line 23, run_script.py line
+    # 72 -> recipes/deepseek/deepseek_v3.py line 144): the embedding and layer 1, 30 stages of two layers, the MTP layer
+    # and the loss alone on the last virtual stage; mtp_num_layers 1 (deepseek_v3.py line 174); run_script.py lines
+    # 56-95 for h100: DeepEP (enable_deepep: the flex dispatcher with moe_enable_deepep, deepseek_v3.py lines 146-149;
+    # Megatron-core 0.14's DeepEP, not HybridEP), moe_router_force_load_balancing (random logits, router.py lines
+    # 465-467 at core_v0.14.0: the balanced routing our default assumes), overlap_moe_expert_parallel_comm and
+    # delay_wgrad_compute with moe_shared_expert_overlap False, recompute_modules mla_up_proj and mlp under the yaml's
+    # selective granularity (line 22; "mlp" recomputes the three dense layers' MLPs only), overlap_grad_reduce False
+    # (_DSV3_RECIPE); tp_comm_overlap False (deepseek_v3.py lines 314-317; no userbuffers config for DeepSeek in
+    # helpers.py's COMM_OVERLAP_CONFIG_MAP); the provider (models/deepseek/deepseek_provider.py lines 69-187): MLA,
+    # sigmoid scores with the expert bias and 4 of 8 groups (the deepseek_v3 preset), seq_aux_loss with Megatron-core's
+    # moe_aux_loss_coeff 0.0 (no loss computed: router.py lines 268-270), router in fp32, grouped GEMMs, vocabulary
+    # 129280 (set, not padded); grad_reduce_in_fp32 False (yaml line 47), router fusion (yaml line 21), permute fusion
+    # (deepseek_v3.py line 109), TE cross entropy (yaml line 20), RoPE fusion (run_script.py line 164), gradient-
+    # accumulation fusion (line 154): _MOE_RECIPE's and this simulator's defaults.
+    # Not modelled, for want of a flag: fp8_param_gather (the parameter all-gather moves FP8, here bf16), the
+    # precision-aware optimizer with bf16 Adam moments and main gradients (deepseek_v3.py lines 240-244; the optimizer
+    # step is priced with fp32 states), overlap_p2p_comm (comm_overlap.py line 456), manual_gc every 5 steps
+    # (deepseek_v3.py lines 263-265), the group-limited routing's effect on DeepEP's traffic (a token reaches at most 4
+    # of the 8 nodes; DeepEP's RDMA bytes are priced for top-8 of 256 unrestricted), the launcher's environment
+    # (NVTE_*_LAYERNORM_SM_MARGIN 20 with DeepEP, setup_experiment.py line 77; NCCL_NVLS_ENABLE 0, utils/executors.py)
+    _bridge("DeepSeek-V3 H100 x1024 FP8", 1024, 8192, 1297, "--model_name", "deepseek_v3", "--dtype", "float8",
+            "--fp8_recipe", "tensorwise", "--tensor_model_parallel_size", "2", "--enable_sequence_parallel",
+            "--pipeline_model_parallel", "8", "--pipeline_model_parallel_layout", "Et|(tt|)*30mL", "--mtp_num_layers", "1",
+            "--expert_model_parallel_size", "64", "--expert_tensor_parallel_size", "1", *_FLEX,
+            "--overlap_moe_expert_parallel_comm", "--delay_wgrad_compute", "--moe_router_load_balancing_type",
+            "seq_aux_loss", "--moe_router_dtype", "fp32", "--recompute_granularity", "selective", "--recompute_modules",
+            "mla_up_proj", "mlp", recipe=_DSV3_RECIPE, source=_DSV3_SOURCE),
+]
 _BRIDGE_DENSE = ("Megatron-Bridge performance summary (NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md), "
                  "DGX-H100 dense pre-training rows")
 _DENSE_RECIPE = ("--gpu_type", "H100", "--dtype", "float8", "--fp8_recipe", "tensorwise", "--enable_sequence_parallel",
@@ -354,7 +403,8 @@ MOE_BAR_PCT = 35.0
 the recipes as published (above), the host model's cited costs (mocked_model/compute/host.py) and the experts' GEMMs
 and FP8 casts as Transformer Engine runs them (one cuBLAS kernel and, under current scaling, one amax, scale and cast
 per expert: mocked_model/compute/grouped.py, checked against profiling/measurements/h100/grouped_gemms.json) the three
-runs are 25-33% too fast (they were 25-41% with one grouped kernel and one cast per layer); what is missing is
+Qwen3 and GPT-OSS runs are 25-33% too fast (they were 25-41% with one grouped kernel and one cast per layer), and
+DeepSeek-V3 on 1024 GPUs, added after the bar was set, 23% too fast; what is missing is
 evidence, not a constant to fit: a profile of these runs (an Nsight trace of one MoE layer on a DGX H100 with
 Transformer Engine 2.x in FP8 current scaling) giving the CPU time per module and the GPU's idle gaps, the
 GroupedLinear's per-expert host cost (no published figure: Transformer Engine issues #1499 and #2995 name the
@@ -420,7 +470,8 @@ def build_parser() -> CliParser:
                    help="korthikanti2022 (Korthikanti et al. 2022, Table 5), narayanan2021 (Narayanan et al. 2021's "
                         "weak scaling as Megatron-LM's examples/sc21/run_table_1.sh ran it), h200_mcore (single-GPU "
                         "Megatron-core steps measured on an H200), h200_mcore_moe (the same for an MoE step, reported "
-                        "without a bar), moe (Megatron-Bridge's MoE runs on DGX H100), bridge_dense (Megatron-Bridge's "
+                        "without a bar), moe (Megatron-Bridge's MoE runs on DGX H100: Qwen3-30B-A3B, GPT-OSS 120B, "
+                        "Qwen3-235B-A22B, DeepSeek-V3 on 1024 GPUs), bridge_dense (Megatron-Bridge's "
                         "dense Llama 3 70B and 3.1 405B FP8 runs on DGX H100) or all "
                         "(the default); moe_layer: one MoE layer's forward and backward as Megatron-LM's CI times "
                         "them on 8 H100s (simulator/moe_layer_validation.py, reported without a bar); serving: "
