@@ -228,6 +228,14 @@ def test_an_empty_path_is_refused_not_taken_as_absent(tmp_path, flag):
     assert flag in proc.stderr and "empty path" in proc.stderr, proc.stderr
 
 
+@pytest.mark.parametrize("flag", ["--output_dir", "--inference_config"])
+def test_an_empty_path_is_refused_by_the_inference_replay_too(tmp_path, flag):
+    """aicb.py --frame Inference parses its own flags: an empty --output_dir or --inference_config was taken as none."""
+    proc = _aicb("--frame", "Inference", "-m", "gpt_tiny", flag, "", "--check", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert flag in proc.stderr and "empty path" in proc.stderr, proc.stderr
+
+
 def test_epoch_num_with_a_workload_file_is_honoured(tmp_path):
     """Before: --epoch_num was ignored with --workload (the file's 2 iterations ran whatever it said)."""
     from log_analyzer import Log

@@ -154,17 +154,19 @@ def default_csv_path(job: InferenceJob, output_dir: str | None = None) -> str:
 
 def _aicb_flags(parser: argparse.ArgumentParser) -> None:
     from utils.cli import REPLAY, positive_int
+    from utils.cli_types import path_text
 
     parser.add_argument("--frame", choices=("Inference",), default="Inference", help="Inference (this entry)")
     parser.add_argument("-m", "--model_name", "--model-name", "--model_size", "--model-size", dest="model_name",
                         required=True, metavar="MODEL", help="DeepSeek-671B, Qwen3-Moe-235B, Qwen3-Next-80B, "
                         "deepseek-671B, qwen3-235B, qwen3-next-80B or a preset (deepseek_v3, qwen3_235B_A22B, ...)")
-    parser.add_argument("--inference_config", "--inference-config", dest="config_file", metavar="JSON",
+    parser.add_argument("--inference_config", "--inference-config", dest="config_file", metavar="JSON", type=path_text,
                         help="AICB's JSON config of the model (default: AICB's default of its kind)")
     parser.add_argument("--epoch_num", "--epoch-num", type=positive_int, default=1, help="steps to generate or replay")
     parser.add_argument("--workload_only", "--workload-only", action="store_true",
                         help="write the workload CSV and stop (no replay)")
-    parser.add_argument("--output_dir", "--output-dir", default=None, help="directory for results (default results/)")
+    parser.add_argument("--output_dir", "--output-dir", default=None, type=path_text,
+                        help="directory for results (default results/)")
     add_flags(parser.add_argument_group("replay"), REPLAY)
 
 
