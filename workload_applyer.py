@@ -124,6 +124,7 @@ class WorkloadApplyer:
         # the groups from the job's layout, as the generator wrote the workload (expert groups from its expert layout)
         self.layout = job.parallel
         self.plan: Plan = plan_workload(workload, self.layout, rank, options.dtype, source)
+        self._check_rows(job, source)
         if options.iterations is not None and len(self.plan.blocks) < 2:
             raise ConfigError(f"--epoch_num {options.iterations}: {source} holds no iteration after its init block "
                               "(no epoch_end marker ends one) to repeat; drop --epoch_num")
@@ -214,6 +215,21 @@ class WorkloadApplyer:
         progress.close()
         self._idle()
         return result
+
+    def _check_rows(self, job: JobConfig, source: str) -> None:
+        """Hold the rows ``--epoch_num`` makes a workload file's cycled iterations log to ``--max_items``, as a
+        generated workload's items are: ``--epoch_num 1e11`` built a list of 1e11 iterations (a MemoryError) and
+        would log without end.  Raises :class:`ConfigError`."""
+        count, blocks = self.options.iterations, self.plan.blocks[1:]
+        if count is None or not blocks:
+            return
+        from workload_generator.limits import check_items, limit_of
+
+        sizes = [sum(len(step.indexes) for step in block) + 1 for block in blocks]  # + its epoch_end row
+        rows = sum(len(step.indexes) for step in self.plan.blocks[0]) + (count // len(blocks)) * sum(sizes) \
+            + sum(sizes[: count % len(blocks)])
+        check_items(rows, limit_of(job), f"--epoch_num {count} over {source}'s {len(blocks)} iteration(s): the "
+                    "replay's log", "--epoch_num")
 
     def measured_blocks(self) -> list[list[Step]]:
         """The blocks logged as iterations 1, 2, ...: the workload's after init, or ``options.iterations`` of

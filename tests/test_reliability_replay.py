@@ -256,6 +256,23 @@ def test_epoch_num_with_a_workload_file_is_honoured(tmp_path):
         "ends one) to repeat; drop --epoch_num")
 
 
+def test_epoch_num_past_the_item_limit_is_one_line_before_anything_runs(tmp_path):
+    """Before: --epoch_num 1e11 with a workload file passed --check, and the run wrote its log's header, then built a
+    list of 1e11 iterations: a MemoryError traceback (or the OOM killer).  The logged rows are now held to
+    --max_items, as a generated workload's items are."""
+    from tests.conftest import run_capped
+
+    _workload(tmp_path / "w.csv", iterations=1)
+    for extra in (["--check"], []):
+        proc = run_capped(str(ROOT / "aicb.py"), "--workload", "w.csv", "--epoch_num", "100000000000", *extra,
+                          cwd=tmp_path)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr[-2000:]
+        assert "above the limit of 5,000,000 (--max_items): lower --epoch_num" in proc.stderr, proc.stderr
+    assert not (tmp_path / "results").exists()
+    ok = _aicb("--workload", "w.csv", "--epoch_num", "2000000", "--max_items", "10000000", "--check", cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+
+
 # ---- item 18: --check and host memory --------------------------------------------------------------------------
 
 def test_check_refuses_buffers_that_cannot_fit_host_memory(tmp_path):
