@@ -29,8 +29,13 @@ layer input ``2sbh`` (``/t`` with SP) under full recomputation):
   split with SP); flash attention keeps its output and an fp32 log-sum-exp per head instead of the
   scores; grouped-query attention stores keys and values of ``groups / heads`` the width;
 - MLP: its LayerNorm's input, fc1's input, the activation's input (fc1's output, twice the width with
-  SwiGLU), fc2's input and the dropout mask; an MoE layer stores the router's input and, for the tokens
-  routed to this rank's experts, the permuted inputs, the experts' fc1, activation and fc2 inputs;
+  SwiGLU), fc2's input and the dropout mask; an MoE layer stores the router's input and probabilities and,
+  for the tokens routed to this rank's experts, the experts' fc1, activation and fc2 inputs (the permutations
+  and all-to-alls keep only row maps: Megatron-core applies the routing probabilities in the experts, so the
+  unpermutation merges none);
+- FP8 training (Transformer Engine): a GEMM input kept for the weight gradient is its FP8 copy, one byte per
+  element (QKV's, the output projection's, fc1's and fc2's, the experts'); norms' inputs, attention's tensors
+  and the activations' inputs stay bf16;
 - without dropout (Llama-style recipes) there are no masks.
 
 In flight on stage ``s`` of ``p``: ``min(m, p - s)`` micro-batches with 1F1B (Korthikanti section 4.2.3:
@@ -177,7 +182,11 @@ def layer_activation_bytes(job: JobConfig, layer: int, recompute: str | None = N
         kv_width = 2 * m.query_groups * m.kv_channels
         v_width = q_width
         latents = 0.0
-    out = a * unsplit * 2                                    # input LayerNorm's input, QKV GEMM's input
+    # a GEMM input Transformer Engine saves for the weight gradient: its FP8 copy under FP8 training (columnwise only,
+    # 1 byte; transformer_engine/pytorch/module/linear.py: "Discard row-wise data since it is not needed in backward
+    # pass"), else the activation itself
+    g = 1 if t.fp8 else a
+    out = a * unsplit + g * unsplit                          # input LayerNorm's input, QKV GEMM's input
     out += a * latents                                       # MLA's compressed query and key/value
     modules = t.recompute_modules if recompute == "selective" else ()
     if not (m.multi_latent_attention and "mla_up_proj" in modules):  # mla_up_proj: discarded, recomputed in backward
@@ -187,28 +196,32 @@ def layer_activation_bytes(job: JobConfig, layer: int, recompute: str | None = N
     elif recompute != "selective":
         scores = b * heads * s * s / tp
         out += scores * (a + attn_mask + (a if attn_mask else 0))  # softmax output, dropout mask and output
-    out += a * tokens * v_width / tp                         # output projection's input
+    out += g * tokens * v_width / tp                         # output projection's input
     out += hidden_mask * unsplit                             # attention output dropout mask
-    out += a * unsplit * 2 + hidden_mask * unsplit           # MLP LayerNorm's and fc1's inputs, dropout mask
+    out += a * unsplit + hidden_mask * unsplit               # MLP LayerNorm's input, dropout mask
     gate = 2 if m.swiglu else 1
     if m.is_moe_layer(layer):
         from mocked_model.moe_dispatch import moe_activation_rows
 
+        # the router's gating GEMM keeps its (bf16) input; the permutations keep only their row maps (Megatron-core
+        # applies the probabilities in the experts, so the unpermute merges none and saves no rows: moe_utils.py
+        # unpermute, Transformer Engine's moe_permute / moe_unpermute); the all-to-alls keep nothing
+        out += a * unsplit
         # the busiest EP rank's rows (routing skew, --moe_imbalance, capacity padding, the expert-TP gather)
-        sent, rows, probs = moe_activation_rows(job)
+        _sent, rows, probs = moe_activation_rows(job)
         ffn = m.moe_ffn_hidden_size // p.expert_tp
-        out += 2 * a * sent * h                              # permuted tokens in, unpermuted out
-        out += a * rows * (h + ffn * gate + ffn)             # experts' fc1, activation and fc2 inputs
+        out += rows * (g * h + a * ffn * gate + g * ffn)     # experts' fc1, activation and fc2 inputs
         out += probs * tokens * m.num_experts / (tp if sp else 1) + 4 * rows  # router probabilities, permuted fp32
         if m.n_shared_experts:
             shared = m.moe_ffn_hidden_size * m.n_shared_experts // tp
-            out += a * tokens * (shared * gate + shared)
-    elif "mlp" in modules:  # the dense MLP under a checkpoint: only the checkpoint's input (counted above) is kept
-        if t.stack.te:  # ... which is the norm's input where Transformer Engine fuses the norm into fc1
-            out -= a * unsplit                               # fc1's (normed) input
+            out += tokens * (a * shared * gate + g * shared)
+    elif "mlp" in modules:  # the dense MLP under a checkpoint: only the checkpoint's input (the norm's, above) is kept
+        if not t.stack.te:  # ... and fc1's input where the norm is a module of its own (no Transformer Engine)
+            out += g * unsplit
     else:
         ffn = m.ffn_hidden_size // tp
-        out += a * tokens * (ffn * gate + ffn)               # activation's input, fc2's input
+        out += g * unsplit                                   # fc1's input
+        out += tokens * (a * ffn * gate + g * ffn)           # activation's input, fc2's input
     return out
 
 

@@ -149,3 +149,30 @@ def test_generators_and_simulator_report_memory(tmp_path):
     est = estimate_memory(parse_job(["--model_name", "gpt_13B", "--world_size", "16", "--tensor_model_parallel_size", "8",
                                      "--pipeline_model_parallel", "2", "--global_batch", "16"], "t", "")[0], "H100")
     assert row["memory_gib"] == pytest.approx(est.most_loaded.total_bytes / GIB)
+
+
+def test_fp8_keeps_its_gemm_inputs_in_one_byte():
+    """Under FP8 Transformer Engine keeps each GEMM input for the weight gradient as its FP8 copy (columnwise only,
+    one byte): QKV's (sbh = 2048 elements), the output projection's (sbh/t = 1024), fc1's (2048) and fc2's (4sbh/t =
+    4096) inputs weigh 9,216 B instead of 18,432; norms' inputs, Q/K/V, attention's output and the activation's input
+    stay bf16.  The flash-attention layer above (47,360 B) becomes 47,360 - 9,216 = 38,144 B."""
+    assert layer_activation_bytes(tiny(impl="transformer_engine", dtype="float8"), 0) == 47360 - 9216
+
+
+def test_moe_layer_keeps_its_experts_inputs_not_its_permutations():
+    """Tiny MoE layer (4 experts, top 2, expert FFN 128), tp 1, ep 2, sequence 32: the busiest rank's experts take
+    2 sources x 32 tokens x 2 copies / 2 ranks = 64 rows.  The layer keeps, besides attention (as the dense layer's),
+    the MLP norm's input and dropout mask (2 x 2048 + 2048), the router's input (2 x 2048), the router's bf16
+    probabilities (32 tokens x 4 experts x 2 B = 256) and the permuted ones in fp32 (64 x 4 = 256), and the experts'
+    fc1, activation and fc2 inputs (64 x (64 + 128 + 128) x 2 B = 40,960); the permutations and all-to-alls keep only
+    row maps (no 2 x 64 x 64 x 2 B of permuted and unpermuted rows)."""
+    moe = ModelConfig(name="tiny_moe", hidden_size=64, num_layers=2, num_attention_heads=4, ffn_hidden_size=256,
+                      vocab_size=256, max_position_embeddings=64, num_experts=4, moe_router_topk=2,
+                      moe_ffn_hidden_size=128)
+    parallel = ParallelConfig(world_size=2, tp=1, ep=2, micro_batch=1, global_batch=2)
+    job = JobConfig(moe, parallel, TrainingConfig(seq_length=32, transformer_impl="transformer_engine"))
+    # attention at t = 1 (flash, dropout): norm and QKV inputs 2 x 2 x 2048, Q/K/V 2 x 32 x 192, output and its
+    # log-sum-exp 2 x 2048 + 4 x 4 x 32, the projection's input 2 x 2048, its dropout mask 2048
+    attention = 8192 + 12288 + 4096 + 512 + 4096 + 2048
+    mlp = 2 * 2048 + 2048 + 2 * 2048 + 256 + 256 + 40960
+    assert layer_activation_bytes(job, 0) == attention + mlp
