@@ -419,7 +419,11 @@ modelled: one H200, Megatron-core 0.19.2's local MoE path (SequentialMLP, alltoa
 layers with 8 local experts x 4096 tokens: the GPU idles 110 ms of a 312 ms step (its kernels, 202 ms, are predicted
 within 2%) against 7 of 187 ms for the dense twin of the same FLOPs: 6.4 ms per MoE layer and micro-batch, 0.8 ms per
 local expert, mostly in the forward (profiling/measurements/h200/megatron_core_steps/qwen3_30b_moe_4l.kernels.json,
-README.md there); Transformer Engine's GroupedLinear calls no module per expert, so it is evidence, not these runs' cost."""
+README.md there); Transformer Engine's GroupedLinear calls no module per expert, so it is evidence, not these runs' cost.
+Where an MoE layer's configuration is known exactly, its kernels are right: Megatron-LM's own CI timings of one layer
+on 8 H100s (``--suite moe_layer``, simulator/moe_layer_validation.py: one to four local experts of 8192 tokens) are
+7.5% off on average, so the missing time is in what the recipes add (8-16 local experts of 1-4K tokens, per-expert
+FP8 casts, the host's work per expert)."""
 
 
 def run_case(case: Case, folder: str) -> dict:
