@@ -91,3 +91,17 @@ def test_flags_reach_the_model(flag, value):
     j, _ = parse_job(base + ([flag, value] if flag != "--window_size" else []), "t", "")
     assert j.model.attention_window(0) == 64
     assert j.model.attention_window(1) == (None if flag == "--window_attn_skip_freq" else 64)
+
+
+def test_a_presets_window_survives_its_flags():
+    """GPT-OSS's preset windows every other layer to 128 tokens: a job built from ``--model_name gpt_oss_120B`` (the
+    flags' path, which the generators and the simulator take) keeps it unless ``--window_size`` says otherwise."""
+    from utils.cli import parse_job
+
+    base = ["--model_name", "gpt_oss_120B", "--world_size", "8", "--expert_model_parallel_size", "8",
+            "--seq_length", "4096", "--global_batch", "8"]
+    j, _ = parse_job(base, "t", "")
+    assert [j.model.attention_window(layer) for layer in range(4)] == [128, None, 128, None]
+    # the flags win: a 256-token window, full attention on every fourth layer (Megatron's skip frequency)
+    j, _ = parse_job(base + ["--window_size", "256,0", "--window_attn_skip_freq", "4"], "t", "")
+    assert [j.model.attention_window(layer) for layer in range(4)] == [256, 256, 256, None]

@@ -212,6 +212,8 @@ def _preset_flags(model: ModelConfig) -> dict[str, Any]:
         untie_embeddings_and_output_weights=model.untie_embeddings_and_output_weights,
         moe_enable=model.is_moe, attention_dropout=model.attention_dropout, hidden_dropout=model.hidden_dropout,
     )
+    if model.window_size is not None:  # sliding-window attention (GPT-OSS: 128 tokens on every other layer)
+        flags.update(window_size=model.window_size, window_attn_skip_freq=model.window_attn_skip_freq)
     if model.is_moe:
         flags.update(num_experts=model.num_experts, moe_router_topk=model.moe_router_topk,
                      moe_ffn_hidden_size=model.moe_ffn_hidden_size if states(model, "moe_ffn_hidden_size") else None,
