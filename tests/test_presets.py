@@ -38,3 +38,25 @@ def test_published_architectures():
     assert get_preset("qwen3_235B_A22B").kv_channels == 128
     for model in PRESETS.values():
         assert model.source, model.name
+
+
+def test_every_preset_survives_the_flags_path():
+    """A job built from ``--model_name NAME`` (what the generators, the replay and the simulator parse) holds the preset's
+    architecture field for field: a field the flags' path forgets silently changes the model (as the sliding window of
+    gpt_oss_* once did).  A dense preset's top-k is AICB's default and means nothing."""
+    import dataclasses
+
+    from utils.cli import parse_job
+    from utils.model_config import ModelConfig
+    from utils.presets import get_preset, known_names
+
+    for name in known_names():
+        preset = get_preset(name)
+        argv = ["--model_name", name, "--world_size", "8", "--global_batch", "8"]
+        if preset.is_moe:
+            argv += ["--expert_model_parallel_size", str(8 if preset.num_experts % 8 == 0 else 1)]
+        job, _ = parse_job(argv, "t", "")
+        skip = {"name", "published_params", "source"} | (set() if preset.is_moe else {"moe_router_topk"})
+        changed = [f.name for f in dataclasses.fields(ModelConfig)
+                   if f.name not in skip and getattr(preset, f.name) != getattr(job.model, f.name)]
+        assert not changed, f"{name}: {changed}"
