@@ -60,6 +60,13 @@ SOURCES = {
     "FP4": "NVIDIA DGX B200 datasheet: 72 PFLOPS FP4 training and 144 PFLOPS FP4 inference per 8 GPUs (sparse), 9 "
            "PFLOPS dense FP4 per GPU; GB200 NVL72 datasheet: 1,440 PFLOPS FP4 (sparse) per 72 GPUs, 10 PFLOPS dense per "
            "GPU (Blackwell's NVFP4/MXFP4 tensor cores)",
+    "BLACKWELL_ULTRA": "NVIDIA GB300 NVL72 and DGX B300 specifications as tabulated per GPU by Verda ('NVIDIA GB300 "
+                       "NVL72: GPU Architecture & Performance', 2026, dense figures): GB300 FP4 15, FP8 5, FP16/BF16 "
+                       "2.5 PFLOPS, FP32 80 TFLOPS, 8 TB/s, 1.4 kW; B300 FP8 4.5, FP16/BF16 2.25 PFLOPS, FP32 75 "
+                       "TFLOPS, 1.1 kW; the GB300 NVL72 rack: FP4 1,440 PFLOPS sparse / 1,080 dense, 20.7 TB HBM3e at "
+                       "576 TB/s over 72 GPUs; DGX B300: 144 PFLOPS sparse FP4 and 72 PFLOPS FP8 over 8 GPUs, 2.3 TB "
+                       "HBM3e; Blackwell Ultra: 160 SMs, 640 tensor cores (NVIDIA's Blackwell Ultra announcement, "
+                       "GTC 2025), NVLink5 1.8 TB/s bidirectional",
     "NCCL": "NVIDIA/nccl src/graph/topo.h: the per-link NVLink bandwidth NCCL's tuner assumes: SM80_NVLINK_BW 20.0, "
             "SM90_NVLINK_BW 20.6, SM100_NVLINK_BW 40.1 GB/s, of 25 / 25 / 50 GB/s nominal per direction",
 }
@@ -276,6 +283,16 @@ GB200_SUSTAINED_MHZ = 1679.0
 """Not measured: the B200's 1580 MHz at 1000 W scaled to the GB200's 1200 W by the cube root of the power (dynamic
 power ~ f V^2 with V ~ f): 1580 x 1.2^(1/3) = 1679 MHz."""
 
+B300_SPEC_MHZ = 1717.0
+"""B300: 2.25 PFLOP/s dense BF16 over 160 SMs at 8192 FLOP per clock is 1717 MHz ([BLACKWELL_ULTRA])."""
+GB300_SPEC_MHZ = 1907.0
+"""GB300: 2.5 PFLOP/s dense BF16 over 160 SMs at 8192 FLOP per clock is 1907 MHz ([BLACKWELL_ULTRA])."""
+B300_SUSTAINED_MHZ = 1589.0
+"""Not measured: the B200's 1580 MHz at 1000 W over 148 SMs, scaled by the cube root of the power per SM (as the GB200's):
+1580 x (1100 / 1000 x 148 / 160)^(1/3) = 1589 MHz."""
+GB300_SUSTAINED_MHZ = 1722.0
+"""Not measured: 1580 x (1400 / 1000 x 148 / 160)^(1/3) = 1722 MHz (the B300's rule at the GB300's 1.4 kW)."""
+
 _HOPPER = dict(nvlink_efficiency=_NV90, spec_mhz=HOPPER_SPEC_MHZ, sustained_mhz=H200_SUSTAINED_MHZ,
                gemm_eff=H200_GEMM_EFF, fp8_gemm_eff=round(H200_GEMM_EFF * H200_FP8_SPEEDUP / 2, 4),
                attn_fwd_eff=HOPPER_ATTENTION[0], attn_fwd_cta=HOPPER_ATTENTION[1], attn_bwd_eff=HOPPER_ATTENTION[2],
@@ -358,11 +375,32 @@ GPUS: dict[str, GPUSpec] = {g.name: g for g in (
             calibration="[MAMF] 1822 TFLOP/s (4096x9728x2048) and FP8 3615.6 (19456x5120x1536), best of a sweep, "
                         "at the datasheet clock: main-loop efficiencies 0.8725 and 0.8296; the sustained clock derived "
                         "from the B200's; attention [CUDNN_GB200]; memory-kernel shares as the H200 (not measured)"),
+    GPUSpec("B300", bf16_tflops=2250, fp8_tflops=4500, fp32_tflops=75, sms=160, hbm_tbps=8.0, memory_gib=288,
+            nvlink_gbps=900, **dict(_BLACKWELL, spec_mhz=B300_SPEC_MHZ, sustained_mhz=B300_SUSTAINED_MHZ, gemm_eff=0.8433,
+                                    fp8_gemm_eff=0.8210),
+            source="[BLACKWELL_ULTRA] HGX/DGX B300 (Blackwell Ultra), per GPU: FP16/BF16 2.25 PFLOPS dense, FP8 4.5, "
+                   "FP4 13.5 (DGX B300's 144 PFLOPS sparse over 8 GPUs at the GB300's dense-to-sparse 0.75), FP32 75 "
+                   "TFLOPS, 288 GB HBM3e (2.3 TB over 8) at 8 TB/s, 160 SMs, NVLink5 1.8 TB/s bidirectional, 1,100 W",
+            fp4_tflops=13500,
+            calibration="derived, nothing measured: the B200's main-loop efficiencies ([MAMF]; the same tensor cores "
+                        "per SM), the sustained clock from the B200's by power per SM; attention [CUDNN_GB200] (Blackwell "
+                        "Ultra's doubled exponential rate not credited); memory-kernel shares as the H200"),
+    GPUSpec("GB300", bf16_tflops=2500, fp8_tflops=5000, fp32_tflops=80, sms=160, hbm_tbps=8.0, memory_gib=288,
+            nvlink_gbps=900, **dict(_BLACKWELL, spec_mhz=GB300_SPEC_MHZ, sustained_mhz=GB300_SUSTAINED_MHZ, gemm_eff=0.8725,
+                                    fp8_gemm_eff=0.8296),
+            source="[BLACKWELL_ULTRA] GB300 NVL72, per Blackwell Ultra GPU: FP16/BF16 2.5 PFLOPS dense, FP8 5, FP4 15 "
+                   "(1,080 PFLOPS dense over 72), FP32 80 TFLOPS, 288 GB HBM3e (20.7 TB over 72) at 8 TB/s, 160 SMs, "
+                   "NVLink5 1.8 TB/s bidirectional, 1,400 W",
+            fp4_tflops=15000,
+            calibration="derived, nothing measured: the GB200's main-loop efficiencies ([MAMF]), the sustained clock "
+                        "from the B200's by power per SM; attention [CUDNN_GB200] (Blackwell Ultra's doubled "
+                        "exponential rate not credited); memory-kernel shares as the H200"),
 )}
 ALIASES = {"A100SXM": "A100", "A10080G": "A100", "A10080GB": "A100", "A100SXM480GB": "A100", "A10040GB": "A100_40G",
            "A100SXM440GB": "A100_40G", "A800SXM": "A800", "H100SXM": "H100", "H100SXM5": "H100", "H10080G": "H100",
            "H100PCIE": "H100_PCIE", "H800SXM": "H800", "H200SXM": "H200", "B200SXM": "B200", "HGXB200": "B200",
-           "DGXB200": "B200", "GB200NVL72": "GB200"}
+           "DGXB200": "B200", "GB200NVL72": "GB200", "B300SXM": "B300", "HGXB300": "B300", "DGXB300": "B300",
+           "GB300NVL72": "GB300"}
 
 
 def table_key(name: str) -> str:

@@ -30,11 +30,12 @@ JSON_KEYS = ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "e2e_p50_s"
              "requests_per_s")
 """Keys ``--json`` always prints (issue 27's interface), and ``goodput_requests_per_s`` with SLOs."""
 HOST_LINK_GBPS = {"A100": 32.0, "A100_40G": 32.0, "A800": 32.0, "H100": 64.0, "H100_PCIE": 64.0, "H800": 64.0,
-                  "H20": 64.0, "H200": 64.0, "B200": 64.0, "GB200": 450.0}
+                  "H20": 64.0, "H200": 64.0, "B200": 64.0, "GB200": 450.0, "B300": 128.0, "GB300": 450.0}
 """GPU <-> host bytes/s per direction (GB/s) for swap preemption: PCIe Gen4 x16 (A100/A800: 'PCIe Gen4: 64GB/s',
 both directions, NVIDIA A100 datasheet), PCIe Gen5 x16 (H100/H800/H20/H200/B200: 'PCIe Gen5: 128GB/s', NVIDIA
-H100 and H200 datasheets; HGX B200 links each GPU to the host over Gen5 x16), NVLink-C2C to Grace (GB200: 900 GB/s
-both directions, NVIDIA GB200 NVL72 datasheet)."""
+H100 and H200 datasheets; HGX B200 links each GPU to the host over Gen5 x16), PCIe Gen6 x16 (B300: 256 GB/s both
+directions, Blackwell Ultra's host interface), NVLink-C2C to Grace (GB200, GB300: 900 GB/s both directions, the
+NVL72 datasheets)."""
 
 
 def add_deployment_flags(p: argparse.ArgumentParser, search: bool = False) -> None:
