@@ -197,15 +197,20 @@ class _Builder:
         if m.rope:
             out.append(self.mem("rotary", f"{p}.rotary_emb", (t, (heads + kv) * int(d * m.partial_rotary_factor)),
                                 "Attention"))
-        if job.decode:
+        window = m.attention_window(self.layer)
+        if job.decode:  # a sliding-window layer reads the KV of its last ``window`` positions only
+            ctx = job.context if window is None else min(job.context, window)
             out.append(self.mem("decode_attention", f"{p}.attn", (self.b, heads, 1, d), "Attention", batch=self.b,
-                                heads=heads, q_len=t // self.b, ctx=job.context, d_qk=d, d_v=d,
+                                heads=heads, q_len=t // self.b, ctx=ctx, d_qk=d, d_v=d,
                                 kv_token_bytes=2 * kv * d * job.kv_bytes))
         else:
             s = job.seq_length
+            pairs = s * s / 2 if window is None or window >= s else s * window - window * window / 2
+            extra = {} if window is None else {"window": window}
             out.append(compute(self._stage("Attention", f"{p}.attn"), ((self.b, heads, s, d), (self.b, kv, s, d)),
-                               2.0 * self.b * heads * s * s * 2 * d / 2,
-                               self._meta("attention", f"{p}.attn", impl="flash", v_dim=d, causal=True, p=0.0)))
+                               2.0 * self.b * heads * pairs * 2 * d,
+                               self._meta("attention", f"{p}.attn", impl="flash", v_dim=d, causal=True, p=0.0,
+                                          **extra)))
         if m.output_gate:
             out.append(self.mem("elementwise", f"{p}.output_gate", (t, heads * d), "Attention", passes=3))
         out.append(self.gemm(f"{p}.o_proj", t, heads * d, m.hidden_size, "Attention"))
@@ -360,9 +365,10 @@ def stage_items(job: InferenceJob, stage: int | None = None) -> list[WorkItem]:
     return out
 
 
-def layer_signature(job: InferenceJob, layer: int) -> tuple[str, bool]:
-    """What makes two layers' items alike (up to names): the attention kind and whether the MLP is MoE."""
-    return job.model.attention_kind(layer), job.model.is_moe_layer(layer)
+def layer_signature(job: InferenceJob, layer: int) -> tuple[str, bool, int | None]:
+    """What makes two layers' items alike (up to names): the attention kind, whether the MLP is MoE and the
+    attention's sliding window."""
+    return job.model.attention_kind(layer), job.model.is_moe_layer(layer), job.model.attention_window(layer)
 
 
 def stage_groups(job: InferenceJob, stage: int | None = None) -> list[tuple[int, list[WorkItem]]]:
@@ -378,7 +384,7 @@ def stage_groups(job: InferenceJob, stage: int | None = None) -> list[tuple[int,
         out.append((1, [b.p2p(stage, send=False)]))
     if stage == 0:
         out.append((1, b.embedding()))
-    groups: dict[tuple[str, bool], list[int]] = {}
+    groups: dict[tuple[str, bool, int | None], list[int]] = {}
     for layer in range(first, first + count):
         groups.setdefault(layer_signature(job, layer), [layer, 0])[1] += 1
     for representative, n in groups.values():

@@ -109,25 +109,37 @@ class MemoryUse:
         return text
 
 
+KV_BLOCK_TOKENS = 16
+"""Tokens per paged KV block: vLLM's default ``--block-size`` on CUDA (vllm/config.py, CacheConfig)."""
+
+
+def _layer_kv_bytes(job: InferenceJob, layer: int) -> int:
+    """KV-cache bytes of one position in layer ``layer`` on one GPU: MLA's latent (``kv_lora_rank + rope`` values, the
+    same on every TP rank), GQA's ``2 x kv heads / tp`` heads of ``head_dim`` (at least one head), in ``--kv_dtype``;
+    none for gated DeltaNet."""
+    m = job.model
+    kind = m.attention_kind(layer)
+    if kind == "mla":
+        return m.kv_width * job.kv_bytes
+    if kind == "gqa":
+        return 2 * max(m.num_kv_heads // job.tp, 1) * m.head_dim * job.kv_bytes
+    return 0
+
+
 def kv_bytes_per_token(job: InferenceJob, stage: int = 0) -> int:
-    """KV-cache bytes one sequence position takes on one GPU of pipeline stage ``stage``, summed over its
-    full-attention layers: MLA's latent (``kv_lora_rank + rope`` values, the same on every TP rank), GQA's
-    ``2 x kv heads / tp`` heads of ``head_dim`` (at least one head), in ``--kv_dtype``."""
-    m, tp = job.model, job.tp
+    """KV-cache bytes one sequence position takes on one GPU of pipeline stage ``stage``, summed over its layers that
+    attend to the whole past (a sliding-window layer's bounded KV is per sequence: :func:`state_bytes_per_sequence`)."""
     first, count = job.stage_layers()[stage]
-    total = 0
-    for layer in range(first, first + count):
-        kind = m.attention_kind(layer)
-        if kind == "mla":
-            total += m.kv_width * job.kv_bytes
-        elif kind == "gqa":
-            total += 2 * max(m.num_kv_heads // tp, 1) * m.head_dim * job.kv_bytes
-    return total
+    return sum(_layer_kv_bytes(job, layer) for layer in range(first, first + count)
+               if job.model.attention_window(layer) is None)
 
 
-def state_bytes_per_sequence(job: InferenceJob, stage: int = 0) -> int:
-    """Bytes of recurrent state one sequence keeps on one GPU of ``stage`` whatever its length (gated DeltaNet's
-    ``dk x dv`` state per value head in ``--kv_dtype`` and the convolution's last ``kernel - 1`` inputs in bf16)."""
+def state_bytes_per_sequence(job: InferenceJob, stage: int = 0, positions: int | None = None) -> int:
+    """Bytes one sequence keeps on one GPU of ``stage`` that do not grow with its length: gated DeltaNet's ``dk x dv``
+    state per value head in ``--kv_dtype`` and the convolution's last ``kernel - 1`` inputs in bf16, and a
+    sliding-window layer's KV of its last ``window`` positions, in whole blocks (vLLM's sliding-window manager frees
+    the blocks that fall out of the window, so a sequence holds at most ``window + block`` positions; fewer when
+    ``positions`` is given and shorter)."""
     m, tp = job.model, job.tp
     first, count = job.stage_layers()[stage]
     total = 0
@@ -136,6 +148,10 @@ def state_bytes_per_sequence(job: InferenceJob, stage: int = 0) -> int:
             hk, hv = m.linear_key_heads // tp, m.linear_value_heads // tp
             conv = (2 * hk * m.linear_key_dim + hv * m.linear_value_dim) * (m.conv_kernel - 1) * 2
             total += hv * m.linear_key_dim * m.linear_value_dim * job.kv_bytes + conv
+        window = m.attention_window(layer)
+        if window is not None:
+            held = window + KV_BLOCK_TOKENS if positions is None else min(positions, window + KV_BLOCK_TOKENS)
+            total += held * _layer_kv_bytes(job, layer)
     return total
 
 
@@ -143,7 +159,7 @@ def _kv_per_sequence(job: InferenceJob, first: int, count: int) -> int:
     """KV-cache (and recurrent-state) bytes of one sequence on one rank of the stage's layers."""
     stage = next(s for s, (f, _) in enumerate(job.stage_layers()) if f == first)
     positions = job.seq_length + (1 if job.decode else 0)
-    return positions * kv_bytes_per_token(job, stage) + state_bytes_per_sequence(job, stage)
+    return positions * kv_bytes_per_token(job, stage) + state_bytes_per_sequence(job, stage, positions)
 
 
 def activation_bytes(job: InferenceJob, tokens: int | None = None, rows: int | None = None) -> int:

@@ -68,6 +68,9 @@ class InferenceModel:
     ``bfloat16``: Qwen3's).  Norms, the router, embeddings and the LM head stay in bf16.
     ``mtp_layers``: DeepSeek-V3's multi-token-prediction modules (one transformer layer each, its
     technical report section 2.2: D = 1), the draft of MTP speculative decoding.
+    ``window`` / ``window_layers``: sliding-window attention (GPT-OSS: 128 tokens on every other layer, its preset's
+    ``--window_size`` and ``--window_attn_skip_freq``): those layers attend to, and keep the KV of, the last
+    ``window`` positions only.
     """
 
     name: str
@@ -106,6 +109,8 @@ class InferenceModel:
     gated_mlp: bool = True
     rope: bool = True
     mtp_layers: int = 0
+    window: int = 0
+    window_layers: tuple[int, ...] = ()
     source: str = ""
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
@@ -147,6 +152,10 @@ class InferenceModel:
         if self.linear_value_heads and (layer + 1) % self.full_attention_interval:
             return "gdn"
         return "gqa"
+
+    def attention_window(self, layer: int) -> int | None:
+        """The left window in tokens of layer ``layer``'s attention, or None when it attends to the whole past."""
+        return self.window if self.window and layer in self.window_layers else None
 
     def full_attention_layers(self) -> list[int]:
         """The layers with full (softmax) attention."""
@@ -419,8 +428,11 @@ def _from_preset(preset_name: str, name: str) -> InferenceModel:
                               qk_rope_dim=m.qk_pos_emb_head_dim, qk_nope_dim=m.qk_head_dim, v_head_dim=m.v_head_dim,
                               weight_dtype="float8" if m.name in _PRESET_MLA_FP8 else "bfloat16",
                               mtp_layers=1 if m.name == "deepseek_v3" else 0, **common)
+    windows = [m.attention_window(layer) for layer in range(m.num_layers)]
+    windowed = tuple(layer for layer, w in enumerate(windows) if w is not None)
     return InferenceModel(kind=kind, attention="gqa", head_dim=m.kv_channels, num_kv_heads=m.query_groups,
-                          qk_norm=m.qk_layernorm, **common)
+                          qk_norm=m.qk_layernorm, window=windows[windowed[0]] if windowed else 0,
+                          window_layers=windowed, **common)
 
 
 def resolve_model(name: str, config: str | os.PathLike | None = None) -> InferenceModel:

@@ -181,6 +181,7 @@ class _AttentionLayer:
     kv_token_bytes: int
     prefill_d: int
     prefill_dv: int
+    window: int | None = None
 
 
 class ModelStepCost:
@@ -369,32 +370,36 @@ class ModelStepCost:
     def _attention_layers(self, stage: int) -> list[_AttentionLayer]:
         m, job = self.job.model, self.job
         first, count = job.stage_layers()[stage]
-        kinds: dict[str, list[int]] = {}
+        kinds: dict[tuple[str, int | None], list[int]] = {}
         for layer in range(first, first + count):
             kind = m.attention_kind(layer)
             if kind != "gdn":
-                entry = kinds.setdefault(kind, [0, 0])
+                entry = kinds.setdefault((kind, m.attention_window(layer)), [0, 0])
                 entry[0] += 1
                 entry[1] += 1 if m.is_moe_layer(layer) else 0
         out = []
         heads = m.num_heads // job.tp
-        for kind, (n, n_moe) in kinds.items():
+        for (kind, window), (n, n_moe) in kinds.items():
             if kind == "mla":
                 out.append(_AttentionLayer(n, n_moe, heads, heads, m.kv_width, m.kv_lora_rank, m.kv_width * job.kv_bytes,
-                                           m.qk_nope_dim + m.qk_rope_dim, m.v_head_dim))
+                                           m.qk_nope_dim + m.qk_rope_dim, m.v_head_dim, window))
             else:
                 kv = max(m.num_kv_heads // job.tp, 1)
                 out.append(_AttentionLayer(n, n_moe, heads, kv, m.head_dim, m.head_dim, 2 * kv * m.head_dim * job.kv_bytes,
-                                           m.head_dim, m.head_dim))
+                                           m.head_dim, m.head_dim, window))
         return out
 
     def _attention_s(self, a: _AttentionLayer, n_dec: int, ctx: float, q: int, tokens: int, pairs: float,
                      blocks: float, launch_ns: float) -> float:
         """Seconds of one layer's attention kernels: decode over ``ctx`` cached positions of ``n_dec`` sequences
         (``q`` new tokens each), prefill of ``tokens`` tokens with ``pairs`` causal score pairs in ``blocks``
-        query tiles."""
+        query tiles.  A sliding-window layer reads at most ``window`` positions of each decoding sequence and scores
+        each prefilling token against at most ``window`` keys (every sequence taken past its window: exact once it
+        is, an overestimate before)."""
         from mocked_model.compute.kernels import ATTENTION_TILE, flash_attention_ns
 
+        if a.window is not None:
+            ctx, pairs = min(ctx, n_dec * a.window), min(pairs, tokens * float(a.window))
         act = 2   # bf16 activations
         ns = 0.0
         if n_dec:

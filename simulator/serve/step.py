@@ -13,8 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-BLOCK_TOKENS = 16
-"""Tokens per paged KV block: vLLM's default ``--block-size`` on CUDA (vllm/config.py, CacheConfig)."""
+from mocked_model.inference_memory import KV_BLOCK_TOKENS
+
+BLOCK_TOKENS = KV_BLOCK_TOKENS
+"""Tokens per paged KV block (:data:`mocked_model.inference_memory.KV_BLOCK_TOKENS`, vLLM's default)."""
 
 
 def _batch_step_class() -> type:
