@@ -36,6 +36,12 @@ The ``bridge_dense`` suite holds the same archive's dense DGX-H100 pre-training 
 (:data:`_DENSE_RECIPE`, which also lists the settings this simulator has no flag for); its bar is
 :data:`BRIDGE_DENSE_BAR_PCT`.  The archive's Llama 3 8B DGX-H100 rows (25.09, 25.11) ran Megatron FSDP, which the
 Megatron frame does not model, and are left out.
+
+The ``bridge_blackwell`` suite, reported without a bar, holds the same archive's 26.04.01 rows on DGX-B200, DGX-B300,
+DGX-GB200 and DGX-GB300 whose precision this simulator trains (BF16, FP8 current scaling, MXFP8): Llama 3 70B and 3.1
+405B, DeepSeek-V3, GPT-OSS 120B, Qwen3-30B-A3B and Qwen3-235B-A22B, their flags read from Megatron-Bridge v0.4.2, the
+container's release (the comment above :data:`_BLACKWELL_NIC` says why not 9a5ac383 and which rows are left out). The
+B300 and GB300 entries of the GPU table are derived from datasheets; nothing of them is measured.
 """
 
 from __future__ import annotations
@@ -225,14 +231,16 @@ and bias-activation, dropless routing forced to balance (``moe_router_force_load
 
 
 def _bridge(name: str, gpus: int, global_batch: int, tokens_per_s_per_gpu: float, *flags: str, seq_length: int = 4096,
-            suite: str = "moe", recipe: tuple[str, ...] = _MOE_RECIPE, source: str = _BRIDGE) -> Case:
-    """A Megatron-Bridge performance row on DGX H100 (micro-batch 1, as every DGX-H100 row of the archive): published
-    seconds per iteration = global batch x sequence length / (GPUs x tokens per second per GPU), the archive's
-    throughput being tokens of the global batch per second and GPU."""
-    topo, path = _dgx_h100(gpus)
+            suite: str = "moe", recipe: tuple[str, ...] = _MOE_RECIPE, source: str = _BRIDGE, micro_batch: int = 1,
+            topology: tuple[tuple[str, ...], str] | None = None) -> Case:
+    """A Megatron-Bridge performance row, by default on DGX H100 (micro-batch 1, as every DGX-H100 row of the archive):
+    published seconds per iteration = global batch x sequence length / (GPUs x tokens per second per GPU), the
+    archive's throughput being tokens of the global batch per second and GPU."""
+    topo, path = topology or _dgx_h100(gpus)
     published = global_batch * seq_length / (gpus * tokens_per_s_per_gpu)
-    return Case(name, source, suite, published, (*recipe, "--seq_length", str(seq_length), "--micro_batch", "1",
-                                                 "--world_size", str(gpus), "--global_batch", str(global_batch), *flags),
+    return Case(name, source, suite, published, (*recipe, "--seq_length", str(seq_length), "--micro_batch",
+                                                 str(micro_batch), "--world_size", str(gpus), "--global_batch",
+                                                 str(global_batch), *flags),
                 topo, path)
 
 
@@ -391,8 +399,264 @@ CASES += [
                   "--cp_comm_type", "p2p", "--num_virtual_stages_per_pipeline_rank", "8",
                   "--account_for_embedding_in_pipeline_split", "--account_for_loss_in_pipeline_split"),
 ]
+_BRIDGE_BLACKWELL = ("Megatron-Bridge performance summary (NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md), "
+                     "26.04.01 container, DGX-B200/B300 and DGX-GB200/GB300 pre-training rows (reported, no bar)")
+# The 26.04.01 container is Megatron-Bridge v0.4.2 (docs/versions1.json on the r0.4.0 branch: "0.4.2 (latest) ·
+# 26.04.01"; the summary's 26.04.01 section came in with 17a381f95, 2026-05-16). Its Blackwell recipes are read at v0.4.2
+# (c81012934), not at 9a5ac383 (main, 2026-04-19, which the H100 suites read; v0.4.2 keeps their H100 recipes): the
+# r0.4.0 branch took in recipe changes after it that the table's rows show, e.g. DeepSeek-V3 on B300 at MBS 2 and PP 8
+# without VP (cf9411452, a cherry-pick of 7e29b8be2; 9a5ac383 has MBS 1, PP 16), Qwen3-235B on B300 through HybridEP
+# (6a5c997e7) and GPT-OSS on GB200 and B200 through the alltoall dispatcher (ee3d3068b, 78934c150). Files below are
+# scripts/performance/... and src/megatron/bridge/... at v0.4.2; a row's "base config" is its
+# <MODEL>_PRETRAIN_CONFIG_<GPU>_<PRECISION>_V2 (the launcher's default variant, argument_parser.py line 816, V1 where
+# there is no V2: utils/utils.py get_workload_base_config), applied by utils/overrides.py set_workload_base_configs.
+# Not modelled on any row, for want of a flag: the FP8 / MXFP8 parameter all-gather (fp8_param_gather, here bf16),
+# overlap_p2p_comm with VP > 1 (training/comm_overlap.py line 456: here each P2P step waits for its sends), manual_gc
+# (every 100 iterations, the launcher's PerfEnvPlugin, perf_plugins.py lines 206-207 and 403-426) and the launcher's
+# environment (perf_plugins.py: CUDA_DEVICE_MAX_CONNECTIONS 32 on Blackwell, lines 231-239; Transformer Engine's norms
+# on 16 SMs fewer, 20 with DeepEP or HybridEP, line 532; HybridEP's NVLink domain of 8 on B200/B300 and 72 (MNNVL) on
+# GB200/GB300, lines 376-390; expandable_segments and NCCL_GRAPH_REGISTER 0 on some rows, lines 265-320).
+# Left out: the rows of Megatron FSDP (Llama 3 70B FP8 on GB300 and GB200: LLAMA3_70B_PRETRAIN_CONFIG_GB300_FP8_CS_V2
+# and _GB200_FP8_CS_V2, llama3_workload_base_configs.py lines 211 and 241, use_megatron_fsdp with activation offloading
+# of 20 and 40 layers), which the Megatron frame does not model; NVFP4 (Llama 3 70B and 3.1 405B on GB300 and GB200,
+# Nemotron 3 Super on all four), not modelled for training; Kimi-K2 (GB300, MXFP8), which trains with the Muon optimizer
+# (configs/kimi/kimi_llm_pretrain.py line 61) and has no preset; Nemotron 3 Nano and Super, hybrid Mamba models whose
+# Mamba layers this simulator does not model.
+
+_BLACKWELL_NIC = {"B200": "400Gbps", "B300": "800Gbps", "GB200": "400Gbps", "GB300": "800Gbps"}
+"""Each GPU's scale-out NIC: DGX B200, eight single-port ConnectX-7 at up to 400 Gb/s InfiniBand (DGX B200 User Guide,
+"Introduction to NVIDIA DGX B200 Systems", network (cluster) cards); DGX B300, 800 Gb/s XDR InfiniBand on its eight
+ConnectX-8 (DGX SuperPOD B300 reference architecture, abstract); DGX GB200, NDR 400 Gb/s InfiniBand for the compute
+fabric (DGX SuperPOD GB200 reference architecture, abstract), four ConnectX-7 per tray of four GPUs; GB300 NVL72, four
+ConnectX-8 per tray of four GPUs (NVIDIA's NVL72 enterprise reference architecture, "System Hardware & Components"),
+800 Gb/s each (ConnectX-8 SuperNIC firmware release notes: 800 Gb/s XDR)."""
+
+
+def _dgx_blackwell(system: str, gpus: int) -> tuple[tuple[str, ...], str]:
+    """The fabric of a Blackwell row: DGX B200/B300 are 8 GPUs per server on fifth-generation NVLink (the table's 900 GB/s
+    each way, topo.gen's default for -gt), rail-optimised; DGX GB200/GB300 are NVL72 racks of 4-GPU trays, of which the
+    launcher asks Slurm for NVLink segments of ``nodes`` trays when the job has 18 or fewer, else of the largest divisor
+    of ``nodes`` up to 18 (utils/executors.py lines 125-134): 8 and 64 GPUs share one NVLink domain, 256 GPUs are four
+    domains of 64 (16 trays). The ASW-PSW links run at the NIC's rate (a non-blocking fabric)."""
+    nic = _BLACKWELL_NIC[system]
+    path = f"dgx_{system.lower()}_{gpus}g.txt"
+    if system.startswith("GB"):
+        trays = gpus // 4
+        segment = trays if trays <= 18 else next(s for s in range(18, 0, -1) if trays % s == 0)
+        return ("-topo", "NVL", "-gps", str(4 * segment), "-g", str(gpus), "-gt", system, "-bw", nic, "-apbw", nic), path
+    return ("--ro", "-g", str(gpus), "-gps", "8", "-gt", system, "-bw", nic, "-apbw", nic), path
+
+
+_MXFP8 = ("--dtype", "float8", "--fp8_recipe", "mxfp8")
+"""utils/precision.py ``get_precision_config("fp8_mx")``: ``bf16_with_mxfp8_mixed`` (training/mixed_precision.py:
+``fp8_recipe`` "mxfp8", every layer; its ``fp8_param_gather`` and ``reuse_grad_buf_for_mxfp8_param_ag`` are not
+modelled: the parameter all-gather stays bf16)."""
+_FP8_CS = ("--dtype", "float8", "--fp8_recipe", "tensorwise")
+"""utils/precision.py ``get_precision_config("fp8_cs")``: tensorwise current scaling, ``first_last_layers_bf16`` False
+(its ``fp8_param_gather`` is not modelled)."""
+_BUCKET = ("--ddp_bucket_size", "134217728")
+"""A recipe with a ``CommOverlapConfig`` and dp > 1: buckets of 128 Mi elements (training/comm_overlap.py
+``_get_optimizer_overlap_cfgs``); a recipe without one (GPT-OSS off GB200) keeps Megatron's default."""
+_BW_DENSE = ("--use-distributed-optimizer", "--overlap_grad_reduce", "--overlap_param_gather", "--grad_reduce_in_bf16",
+             *_BUCKET, "--cross_entropy_loss_fusion")
+"""The Llama 3 / 3.1 recipes as :data:`_DENSE_RECIPE` reads them (the same recipes/llama/llama3.py), without the
+H100's precision and TP settings: ``set_llama3_common_configs`` / ``set_llama31_common_configs`` (grad_reduce_in_fp32
+False), the base recipes' distributed optimizer with both overlaps, fused cross entropy, no CUDA graphs, no
+recomputation; TP > 1 adds sequence parallelism and userbuffers (:data:`_BW_TP`), TP 1 has neither (comm_overlap.py
+line 443 drops ``tp_comm_overlap`` below TP 2)."""
+_BW_TP = ("--enable_sequence_parallel", "--tp_comm_overlap")
+"""TP > 1: ``sequence_parallel`` (utils/utils.py) and Transformer Engine's userbuffers in the B200 FP8 configuration
+the GB200/GB300 functions set (llama3_llm_pretrain.py lines 67 and 102, llama31_llm_pretrain.py lines 75 and 109); its
+ring-exchange reduce-scatters are priced as the pipelined BF16 configuration, as for :data:`_DENSE_RECIPE`."""
+_BW_MOE = _MOE_RECIPE[2:]
+""":data:`_MOE_RECIPE` without its GPU: the MoE recipes' shared settings read the same at v0.4.2 (grouped GEMMs,
+permute and router fusion, the distributed optimizer with both overlaps, bf16 gradient reduction, TE cross entropy)."""
+
+
+def _graphs(*scopes: str) -> tuple[str, ...]:
+    """``cuda_graph_impl`` "transformer_engine" with the base config's ``cuda_graph_scope`` (utils/overrides.py
+    ``_set_cuda_graph_overrides``)."""
+    return ("--cuda_graph_impl", "transformer_engine", "--cuda_graph_scope", *scopes)
+
+
+def _blackwell(name: str, system: str, gpus: int, global_batch: int, micro_batch: int, tokens_per_s_per_gpu: float,
+               *flags: str, seq_length: int = 4096, recipe: tuple[str, ...] = _BW_MOE) -> Case:
+    """A Blackwell row of the 26.04.01 container: :func:`_bridge`'s arithmetic on :func:`_dgx_blackwell`'s fabric,
+    suite ``bridge_blackwell``."""
+    return _bridge(name, gpus, global_batch, tokens_per_s_per_gpu, *flags, seq_length=seq_length,
+                   suite="bridge_blackwell", recipe=("--gpu_type", system, *recipe), source=_BRIDGE_BLACKWELL,
+                   micro_batch=micro_batch, topology=_dgx_blackwell(system, gpus))
+
+
+def _bw_llama(name: str, system: str, gpus: int, global_batch: int, tokens_per_s_per_gpu: float, precision: tuple[str, ...],
+              tp: int, *flags: str) -> Case:
+    """A Llama row: sequence 8192, micro-batch 1 (every Blackwell Llama row of the 26.04.01 table)."""
+    layout = ("--tensor_model_parallel_size", str(tp), *(_BW_TP if tp > 1 else ()))
+    return _blackwell(name, system, gpus, global_batch, 1, tokens_per_s_per_gpu, *precision, *layout, *flags,
+                      seq_length=8192, recipe=_BW_DENSE)
+
+
+CASES += [
+    # LLAMA3_70B_PRETRAIN_CONFIG_GB300_FP8_MX_V2 (configs/llama/llama3_workload_base_configs.py line 219): 64 GPUs, GBS 256
+    # (BASE_LLAMA3_70B_CONFIG_GBS256), MBS 1, TP1 PP4 VP5 (80 layers in 20 virtual stages of 4), dp 16
+    _bw_llama("Llama3 70B GB300 x64 MXFP8", "GB300", 64, 256, 4864, _MXFP8, 1, "--model_name", "llama3_70B",
+              "--pipeline_model_parallel", "4", "--num_virtual_stages_per_pipeline_rank", "5"),
+    # LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_MX_V2 (line 249): TP2 (SP, userbuffers) PP4 VP5, dp 8
+    _bw_llama("Llama3 70B GB200 x64 MXFP8", "GB200", 64, 256, 3712, _MXFP8, 2, "--model_name", "llama3_70B",
+              "--pipeline_model_parallel", "4", "--num_virtual_stages_per_pipeline_rank", "5"),
+    # LLAMA31_405B_PRETRAIN_CONFIG_GB300_FP8_CS_V2 (llama31_workload_base_configs.py line 225): 256 GPUs, GBS 1536, MBS 1,
+    # TP4 PP8 CP1 VP4, Megatron FSDP off; the base recipe counts the embedding and the loss as layers (recipes/llama/
+    # llama3.py lines 1132-1133: 126 + 2 in 32 virtual stages of 4), dp 8
+    _bw_llama("Llama3.1 405B GB300 x256 FP8", "GB300", 256, 1536, 1024, _FP8_CS, 4, "--model_name", "llama3_405B",
+              "--pipeline_model_parallel", "8", "--num_virtual_stages_per_pipeline_rank", "4",
+              "--account_for_embedding_in_pipeline_split", "--account_for_loss_in_pipeline_split"),
+    # LLAMA31_405B_PRETRAIN_CONFIG_GB300_FP8_MX_V2 (line 238: V1's TP4 PP8 CP2 VP4, line 54, with TP2): TP2 PP8 CP2 VP4, no
+    # cp_comm_type set (Megatron-core's p2p), dp 8
+    _bw_llama("Llama3.1 405B GB300 x256 MXFP8", "GB300", 256, 1536, 960, _MXFP8, 2, "--model_name", "llama3_405B",
+              "--pipeline_model_parallel", "8", "--context-parallel-size", "2", "--cp_comm_type", "p2p",
+              "--num_virtual_stages_per_pipeline_rank", "4", "--account_for_embedding_in_pipeline_split",
+              "--account_for_loss_in_pipeline_split"),
+    # LLAMA31_405B_PRETRAIN_CONFIG_GB200_FP8_CS_V2 (line 262): TP4 PP16 CP1 VP4 (64 virtual stages of 2), FSDP off, dp 4
+    _bw_llama("Llama3.1 405B GB200 x256 FP8", "GB200", 256, 1536, 864, _FP8_CS, 4, "--model_name", "llama3_405B",
+              "--pipeline_model_parallel", "16", "--num_virtual_stages_per_pipeline_rank", "4",
+              "--account_for_embedding_in_pipeline_split", "--account_for_loss_in_pipeline_split"),
+    # LLAMA31_405B_PRETRAIN_CONFIG_GB200_FP8_MX_V2 (line 275: V1's TP4 PP8 CP2 VP8, line 98, with PP16 CP1): TP4 PP16 VP8
+    # (128 virtual stages of one layer, the embedding and the loss alone on the first and last), dp 4
+    _bw_llama("Llama3.1 405B GB200 x256 MXFP8", "GB200", 256, 1536, 800, _MXFP8, 4, "--model_name", "llama3_405B",
+              "--pipeline_model_parallel", "16", "--num_virtual_stages_per_pipeline_rank", "8",
+              "--account_for_embedding_in_pipeline_split", "--account_for_loss_in_pipeline_split"),
+]
+
+_BW_DSV3 = ("--model_name", "deepseek_v3", *_MXFP8, "--mtp_num_layers", "1", "--expert_tensor_parallel_size", "1",
+            *_FLEX, "--moe_router_load_balancing_type", "seq_aux_loss", "--moe_aux_loss_coeff", "1e-4",
+            "--moe_router_dtype", "fp32", *_BUCKET, "--recompute_granularity", "selective")
+"""The DeepSeek-V3 rows' shared settings: TP 1 (the base config's default over the base recipe's 2: no SP, no TP
+overlap), one MTP layer (recipes/deepseek/deepseek_v3.py line 84), the flex dispatcher (HybridEP, DeepEP on B200;
+``apply_flex_dispatcher_backend``, which also turns ``moe_shared_expert_overlap`` off), the DeepSeek-V3 bridge's router
+(models/deepseek/deepseek_v3_bridge.py lines 60-69: sigmoid scores with the expert bias, seq_aux_loss at 1e-4, fp32;
+vocabulary 129280, set by the bridge and kept unpadded over the NullTokenizer's 32000, training/setup.py lines 184-187
+and 503-530), balanced routing forced and router fusion on (deepseek_llm_pretrain.py
+``set_deepseek_v3_common_configs`` lines 33-45, with selective recomputation and bf16 gradient reduction),
+``overlap_grad_reduce`` True (the GPU functions, e.g. line 78), buckets of 128 Mi (the base recipe's
+``CommOverlapConfig``, deepseek_v3.py line 168). Not modelled: the precision-aware optimizer's bf16 main gradients and
+Adam moments (deepseek_v3.py lines 161-165), HybridEP's own kernels and its 32 SMs (``moe_hybridep_num_sms``,
+utils/overrides.py line 73; priced as DeepEP, as :data:`_FLEX` says), DeepSeek-V3's group-limited routing in the
+dispatcher's traffic (as on the H100 row)."""
+
+CASES += [
+    # DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_FP8_MX_V2 (configs/deepseek/deepseek_workload_base_configs.py line 157 = GB300_V2,
+    # line 148 = GB300_V1, line 41, with GBS 4096): 256 GPUs, MBS 2, TP1 PP2 VP8 EP32, pp_layout "Et*4|(t*4|)*14tmL"
+    # (applied by deepseek_llm_pretrain.py lines 69-70), HybridEP, moe_a2a_overlap False, cuda_graph_scope [] with no
+    # cuda_graph_impl (the base recipe's "none": no graphs), recompute mla_up_proj
+    _blackwell("DeepSeek-V3 GB300 x256 MXFP8", "GB300", 256, 4096, 2, 4992, *_BW_DSV3, "--pipeline_model_parallel", "2",
+               "--pipeline_model_parallel_layout", "Et*4|(t*4|)*14tmL", "--expert_model_parallel_size", "32",
+               "--recompute_modules", "mla_up_proj"),
+    # DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_FP8_MX_V2 (line 170 = GB200_V2, line 161 = GB200_V1, line 72, with GBS 4096): MBS 1,
+    # TP1 PP4 VP4 EP64, no pp_layout: set_deepseek_v3_pipeline_model_parallel_layout's (4, 4) entry (deepseek_v3.py line
+    # 44: the embedding and 4 layers, 14 stages of 4, the last layer with MTP and the loss), HybridEP, recompute mlp (the
+    # three dense layers' MLPs), TE graphs of attn, moe_router, moe_preprocess
+    _blackwell("DeepSeek-V3 GB200 x256 MXFP8", "GB200", 256, 4096, 1, 4256, *_BW_DSV3, "--pipeline_model_parallel", "4",
+               "--pipeline_model_parallel_layout", "Et*4|(t*4|)*14tmL", "--expert_model_parallel_size", "64",
+               "--recompute_modules", "mlp", *_graphs("attn", "moe_router", "moe_preprocess")),
+    # DEEPSEEK_V3_PRETRAIN_CONFIG_B300_FP8_MX_V2 (line 193 = B300_V2, line 180): MBS 2, TP1 PP8 (no VP) EP8, the layout of
+    # deepseek_v3.py line 40 ((8, 1): the embedding and 8 layers, 6 stages of 8, 5 layers with MTP and the loss; the B300
+    # function always derives it, deepseek_llm_pretrain.py line 175), HybridEP, recompute mla_up_proj, TE graphs of attn,
+    # moe_router, moe_preprocess
+    _blackwell("DeepSeek-V3 B300 x256 MXFP8", "B300", 256, 4096, 2, 3456, *_BW_DSV3, "--pipeline_model_parallel", "8",
+               "--pipeline_model_parallel_layout", "Et*8|(t*8|)*6t*5mL", "--expert_model_parallel_size", "8",
+               "--recompute_modules", "mla_up_proj", *_graphs("attn", "moe_router", "moe_preprocess")),
+    # DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2 (line 203): MBS 1, TP1 PP8 VP2 EP32, DeepEP, moe_a2a_overlap True
+    # (overlap_moe_expert_parallel_comm and delay_wgrad_compute, utils/overrides.py lines 155-162), TE graphs of attn,
+    # moe_router, moe_preprocess, recompute mla_up_proj and mlp; the B200 function derives the layout (line 207; the
+    # (8, 2) entry, deepseek_v3.py line 43, is the base config's own "Et*4|(t*4|)*14tmL")
+    _blackwell("DeepSeek-V3 B200 x256 MXFP8", "B200", 256, 4096, 1, 3328, *_BW_DSV3, "--pipeline_model_parallel", "8",
+               "--pipeline_model_parallel_layout", "Et*4|(t*4|)*14tmL", "--expert_model_parallel_size", "32",
+               "--overlap_moe_expert_parallel_comm", "--delay_wgrad_compute", "--recompute_modules", "mla_up_proj", "mlp",
+               *_graphs("attn", "moe_router", "moe_preprocess")),
+]
+
+_BW_GPT_OSS = ("--model_name", "gpt_oss_120B", "--dtype", "bfloat16", "--expert_tensor_parallel_size", "1",
+               "--moe_router_load_balancing_type", "none", "--no_bias_dropout_fusion")
+"""The GPT-OSS rows (BF16, TP1 PP1): the GPT-OSS bridge as the moe suite's H100 row reads it (biases, no
+load-balancing loss, the fused quick-GeGLU, no bias-dropout fusion, learnable softmax priced as flash attention, a
+128-token window on every other layer), gpt_oss_llm_pretrain.py ``set_gpt_oss_common_configs`` (bf16 gradient
+reduction, router fusion, balanced routing forced), TE cross entropy (utils/overrides.py line 68 over the recipe's
+"native"). Not modelled: the precision-aware optimizer ``set_post_overrides`` turns on for BF16 (utils/overrides.py
+line 471; the recipe's optimizer dtypes stay fp32, recipes/gpt_oss/gpt_oss.py lines 238-241),
+``calculate_per_token_loss`` (line 193)."""
+
+CASES += [
+    # GPT_OSS_120B_PRETRAIN_CONFIG_GB300_BF16_V2 (configs/gpt_oss/gpt_oss_workload_base_configs.py line 96, V1 line 45): 64
+    # GPUs, GBS 1280, MBS 4, EP64, no dispatcher backend (alltoall), TE graphs of attn, moe_router, moe_preprocess; no
+    # CommOverlapConfig (recipes/gpt_oss/gpt_oss.py: Megatron's default buckets)
+    _blackwell("GPT-OSS 120B GB300 x64 BF16", "GB300", 64, 1280, 4, 19200, *_BW_GPT_OSS,
+               "--expert_model_parallel_size", "64", *_graphs("attn", "moe_router", "moe_preprocess")),
+    # GPT_OSS_120B_PRETRAIN_CONFIG_GB200_BF16_V2 (line 102, V1 line 54): EP64, alltoall, moe_a2a_overlap True, recompute
+    # layernorm and moe_act; the GB200 function sets a CommOverlapConfig (gpt_oss_llm_pretrain.py line 81: 128 Mi buckets)
+    _blackwell("GPT-OSS 120B GB200 x64 BF16", "GB200", 64, 1280, 4, 16640, *_BW_GPT_OSS,
+               "--expert_model_parallel_size", "64", "--overlap_moe_expert_parallel_comm", "--delay_wgrad_compute",
+               *_BUCKET, "--recompute_granularity", "selective", "--recompute_modules", "layernorm", "moe_act"),
+    # GPT_OSS_120B_PRETRAIN_CONFIG_B300_BF16_V2 (line 109, V1 line 62): EP8, HybridEP, TE graphs of attn, moe_router,
+    # moe_preprocess
+    _blackwell("GPT-OSS 120B B300 x64 BF16", "B300", 64, 1280, 4, 15232, *_BW_GPT_OSS,
+               "--expert_model_parallel_size", "8", *_FLEX, *_graphs("attn", "moe_router", "moe_preprocess")),
+    # GPT_OSS_120B_PRETRAIN_CONFIG_B200_BF16_V2 (line 117, V1 line 71): EP8, alltoall, recompute layernorm and moe_act
+    _blackwell("GPT-OSS 120B B200 x64 BF16", "B200", 64, 1280, 4, 13568, *_BW_GPT_OSS,
+               "--expert_model_parallel_size", "8", "--recompute_granularity", "selective", "--recompute_modules",
+               "layernorm", "moe_act"),
+]
+
+_BW_QWEN3 = (*_MXFP8, "--expert_tensor_parallel_size", "1", *_QWEN3_ROUTER, *_FLEX, *_BUCKET)
+"""The Qwen3 MXFP8 rows' shared settings: TP1 (no SP; the family functions' ``CommOverlapConfig(tp_comm_overlap=True)``
+is dropped below TP 2, 128 Mi buckets with dp > 1), the Qwen3 bridge's aux loss (:data:`_QWEN3_ROUTER`), HybridEP
+(the flex dispatcher; only Qwen3-235B on B200 runs alltoall, whose case drops these two flags),
+qwen3_llm_pretrain.py ``set_qwen3_common_configs`` (lines 30-44: no recomputation over the 30B recipe's full,
+bias-activation and router fusion, bf16 gradient reduction, balanced routing forced)."""
+
+CASES += [
+    # QWEN3_30B_A3B_PRETRAIN_CONFIG_GB300_FP8_MX_V1 (configs/qwen/qwen3_workload_base_configs.py line 340 = FP8_CS_V1, line
+    # 330; no V2): 8 GPUs, GBS 512, MBS 8, EP8, HybridEP, TE graphs of moe_router, moe_preprocess
+    _blackwell("Qwen3-30B-A3B GB300 x8 MXFP8", "GB300", 8, 512, 8, 31744, "--model_name", "qwen3_30B_A3B", *_BW_QWEN3,
+               "--expert_model_parallel_size", "8", *_graphs("moe_router", "moe_preprocess")),
+    # QWEN3_30B_A3B_PRETRAIN_CONFIG_GB200_FP8_MX_V1 (line 363): MBS 4, EP8, HybridEP, TE graphs of moe_router, moe_preprocess
+    _blackwell("Qwen3-30B-A3B GB200 x8 MXFP8", "GB200", 8, 512, 4, 26112, "--model_name", "qwen3_30B_A3B", *_BW_QWEN3,
+               "--expert_model_parallel_size", "8", *_graphs("moe_router", "moe_preprocess")),
+    # QWEN3_30B_A3B_PRETRAIN_CONFIG_B300_FP8_MX_V1 (line 393 = FP8_CS_V1, line 383): MBS 8, EP8, HybridEP, TE graphs of
+    # moe_router, moe_preprocess
+    _blackwell("Qwen3-30B-A3B B300 x8 MXFP8", "B300", 8, 512, 8, 30720, "--model_name", "qwen3_30B_A3B", *_BW_QWEN3,
+               "--expert_model_parallel_size", "8", *_graphs("moe_router", "moe_preprocess")),
+    # QWEN3_30B_A3B_PRETRAIN_CONFIG_B200_FP8_MX_V1 (line 409 = B200_BF16_V1, line 396): MBS 4, EP8, HybridEP, TE graphs of
+    # attn, moe_router, moe_preprocess
+    _blackwell("Qwen3-30B-A3B B200 x8 MXFP8", "B200", 8, 512, 4, 27136, "--model_name", "qwen3_30B_A3B", *_BW_QWEN3,
+               "--expert_model_parallel_size", "8", *_graphs("attn", "moe_router", "moe_preprocess")),
+    # QWEN3_235B_A22B_PRETRAIN_CONFIG_GB300_FP8_MX_V2 (line 202: GB300_BF16_V2, line 191, with VP12): 256 GPUs, GBS 8192, MBS
+    # 2, TP1 PP4 VP12 EP32, HybridEP, TE graphs of attn, moe_router, moe_preprocess; the base recipe counts the embedding
+    # and the loss as layers (recipes/qwen/qwen3_moe.py lines 166-167: 94 + 2 in 48 virtual stages of 2)
+    _blackwell("Qwen3-235B-A22B GB300 x256 MXFP8", "GB300", 256, 8192, 2, 6944, "--model_name", "qwen3_235B_A22B",
+               *_BW_QWEN3, "--pipeline_model_parallel", "4", "--num_virtual_stages_per_pipeline_rank", "12",
+               "--account_for_embedding_in_pipeline_split", "--account_for_loss_in_pipeline_split",
+               "--expert_model_parallel_size", "32", *_graphs("attn", "moe_router", "moe_preprocess")),
+    # QWEN3_235B_A22B_PRETRAIN_CONFIG_GB200_FP8_MX_V2 (line 224: FP8_CS_V2, line 216, with VP3): MBS 1, TP1 PP8 VP3 EP32
+    # (96 in 24 virtual stages of 4), HybridEP, TE graphs of attn, moe_router, moe_preprocess
+    _blackwell("Qwen3-235B-A22B GB200 x256 MXFP8", "GB200", 256, 8192, 1, 5680, "--model_name", "qwen3_235B_A22B",
+               *_BW_QWEN3, "--pipeline_model_parallel", "8", "--num_virtual_stages_per_pipeline_rank", "3",
+               "--account_for_embedding_in_pipeline_split", "--account_for_loss_in_pipeline_split",
+               "--expert_model_parallel_size", "32", *_graphs("attn", "moe_router", "moe_preprocess")),
+    # QWEN3_235B_A22B_PRETRAIN_CONFIG_B300_FP8_MX_V2 (line 247 = FP8_CS_V2, line 239): MBS 2, TP1 PP8 (no VP: 96 in 8
+    # stages of 12) EP8, HybridEP (line 130), moe_a2a_overlap False, no CUDA graphs
+    _blackwell("Qwen3-235B-A22B B300 x256 MXFP8", "B300", 256, 8192, 2, 5936, "--model_name", "qwen3_235B_A22B",
+               *_BW_QWEN3, "--pipeline_model_parallel", "8", "--account_for_embedding_in_pipeline_split",
+               "--account_for_loss_in_pipeline_split", "--expert_model_parallel_size", "8"),
+    # QWEN3_235B_A22B_PRETRAIN_CONFIG_B200_FP8_MX_V2 (line 265 = FP8_CS_V2, line 258): MBS 1, TP1 PP8 EP8, no backend: the
+    # alltoall dispatcher (qwen3_llm_pretrain.py line 143, utils/overrides.py line 233), no CUDA graphs
+    _blackwell("Qwen3-235B-A22B B200 x256 MXFP8", "B200", 256, 8192, 1, 3776, "--model_name", "qwen3_235B_A22B",
+               *(f for f in _BW_QWEN3 if f not in _FLEX), "--pipeline_model_parallel", "8",
+               "--account_for_embedding_in_pipeline_split", "--account_for_loss_in_pipeline_split",
+               "--expert_model_parallel_size", "8"),
+]
 SUITES = {"korthikanti2022": _KORTHIKANTI, "narayanan2021": _NARAYANAN, "h200_mcore": _H200,
-          "h200_mcore_moe": _H200 + ", MoE (reported, no bar)", "moe": _BRIDGE, "bridge_dense": _BRIDGE_DENSE}
+          "h200_mcore_moe": _H200 + ", MoE (reported, no bar)", "moe": _BRIDGE, "bridge_dense": _BRIDGE_DENSE,
+          "bridge_blackwell": _BRIDGE_BLACKWELL}
 BRIDGE_DENSE_BAR_PCT = 5.0
 """The ``bridge_dense`` suite's bar: every run within 5% (max |error|).  Not fitted: it is the spread NVIDIA's own
 figures for these recipes show from one container to the next (Llama 3 70B: 1621-1664 tokens/s/GPU over 26.02-26.04.01,
@@ -476,7 +740,9 @@ def build_parser() -> CliParser:
                         "Megatron-core steps measured on an H200), h200_mcore_moe (the same for an MoE step, reported "
                         "without a bar), moe (Megatron-Bridge's MoE runs on DGX H100: Qwen3-30B-A3B, GPT-OSS 120B, "
                         "Qwen3-235B-A22B, DeepSeek-V3 on 1024 GPUs), bridge_dense (Megatron-Bridge's "
-                        "dense Llama 3 70B and 3.1 405B FP8 runs on DGX H100) or all "
+                        "dense Llama 3 70B and 3.1 405B FP8 runs on DGX H100), bridge_blackwell (Megatron-Bridge's "
+                        "26.04.01 runs on DGX-B200/B300 and GB200/GB300 in BF16, FP8 and MXFP8, reported without a "
+                        "bar; B300/GB300 priced from datasheets) or all "
                         "(the default); moe_layer: one MoE layer's forward and backward as Megatron-LM's CI times "
                         "them on 8 H100s (simulator/moe_layer_validation.py, reported without a bar); serving: "
                         "published serving benchmarks through python -m simulator serve (simulator/serve/validation.py); "

@@ -145,7 +145,8 @@ def test_validation_suites_meet_their_bars():
     assert done.returncode == 0, done.stderr
     rows = last_json(done.stdout)
     suites = {r["suite"] for r in rows}
-    assert suites == {"korthikanti2022", "narayanan2021", "h200_mcore", "h200_mcore_moe", "moe", "bridge_dense"}
+    assert suites == {"korthikanti2022", "narayanan2021", "h200_mcore", "h200_mcore_moe", "moe", "bridge_dense",
+                      "bridge_blackwell"}
     # issue 26's MoE runs (Megatron-Bridge on DGX H100): their 15% bar is not met; the suite's own bar
     # (simulator.validation.MOE_BAR_PCT, 35%, and why) holds, and the model is too fast on every run
     from simulator.validation import MOE_BAR_PCT
@@ -170,9 +171,13 @@ def test_validation_suites_meet_their_bars():
     # qwen3_30b_moe_4l.kernels.json), so the model, which prices its kernels, is too fast
     (moe_h200,) = [r for r in rows if r["suite"] == "h200_mcore_moe"]
     assert moe_h200["case"] == "qwen3_30b_moe_4l" and moe_h200["error_pct"] < 0
+    # Megatron-Bridge's Blackwell rows are reported without a bar (test_bridge_blackwell_suite_...)
+    assert len([r for r in rows if r["suite"] == "bridge_blackwell"]) == 22
     for r in rows:
         assert r["error_pct"] == pytest.approx((r["simulated_s"] / r["published_s"] - 1) * 100)
-        assert 0 < r["mfu"] < 1
+        # MFU counts the bf16 dense peak, which FP8 on Blackwell passes (the published GB300 Llama 3.1 405B FP8 row
+        # reaches 2617 model TFLOP/s of 2500)
+        assert 0 < r["mfu"] < (2 if r["suite"] == "bridge_blackwell" else 1)
 
 
 def test_a_validation_row_reproduces_with_its_command(tmp_path):
@@ -250,6 +255,39 @@ def test_bridge_dense_suite_derives_its_published_seconds_and_simulates_the_reci
         in l70["command"] and "account_for" not in l70["command"]
     assert "--context-parallel-size 2 --cp_comm_type p2p --num_virtual_stages_per_pipeline_rank 8 " \
            "--account_for_embedding_in_pipeline_split --account_for_loss_in_pipeline_split" in l405["command"]
+
+
+def test_bridge_blackwell_suite_simulates_every_row_and_derives_its_published_seconds():
+    # Megatron-Bridge's performance summary archive, 26.04.01 container: DGX-GB300 Llama 3.1 405B FP8, 256 GPUs, GBS 1536,
+    # sequence 8192, 1024 tokens/s/GPU: 1536 x 8192 / (256 x 1024) = 12,582,912 / 262,144 = 48.0 s; DGX-GB300
+    # Qwen3-30B-A3B MXFP8, 8 GPUs, GBS 512 (MBS 8), sequence 4096, 31744 tokens/s/GPU: 512 x 4096 / (8 x 31744) =
+    # 2,097,152 / 253,952 = 8.25806 s
+    done = run_cli("-m", "simulator", "validate", "--suite", "bridge_blackwell", "--json", timeout=300)
+    assert done.returncode == 0, done.stderr
+    rows = {r["case"]: r for r in last_json(done.stdout)}
+    assert len(rows) == 22
+    l405, qwen = rows["Llama3.1 405B GB300 x256 FP8"], rows["Qwen3-30B-A3B GB300 x8 MXFP8"]
+    assert l405["published_s"] == pytest.approx(48.0, abs=5e-5)
+    assert qwen["published_s"] == pytest.approx(8.25806, abs=5e-5)
+    assert "--micro_batch 8 --world_size 8 --global_batch 512" in qwen["command"]
+    nic = {"B200": "400Gbps", "B300": "800Gbps", "GB200": "400Gbps", "GB300": "800Gbps"}
+    for name, r in rows.items():
+        # each simulates (no refusal): its busiest stage's terms add up to the iteration
+        assert r["suite"] == "bridge_blackwell" and r["source"].startswith("Megatron-Bridge performance summary")
+        parts = r["compute_s"] + r["host_s"] + r["exposed_comm_s"] + r["bubble_s"]
+        assert parts == pytest.approx(r["simulated_s"], rel=1e-6) and r["mfu"] > 0
+        system = name.split()[-3]
+        assert f"--gpu_type {system} " in r["command"] and f"-gt {system} -bw {nic[system]}" in r["command"]
+        # DGX-GB200/GB300: the launcher's NVLink segments of 16 trays (64 GPUs), or the whole job when smaller
+        if system.startswith("GB"):
+            assert f"-topo NVL -gps {min(int(name.split()[-2][1:]), 64)} " in r["command"]
+        else:
+            assert "--ro " in r["command"] and "-gps 8 " in r["command"]
+        precision = {"MXFP8": "--fp8_recipe mxfp8", "FP8": "--fp8_recipe tensorwise", "BF16": "--dtype bfloat16"}
+        assert precision[name.split()[-1]] in r["command"]
+    # a layout of the v0.4.2 recipes the 26.04.01 table shows: DeepSeek-V3 on B300 at MBS 2, PP 8 without VP
+    dsv3 = rows["DeepSeek-V3 B300 x256 MXFP8"]["command"]
+    assert "--micro_batch 2" in dsv3 and "--pipeline_model_parallel_layout 'Et*8|(t*8|)*6t*5mL'" in dsv3
 
 
 def test_moe_suite_simulates_deepseek_v3_as_the_25_09_h100_recipe_ran_it():
