@@ -203,14 +203,19 @@ def layer_activation_bytes(job: JobConfig, layer: int, recompute: str | None = N
     if m.is_moe_layer(layer):
         from mocked_model.moe_dispatch import moe_activation_rows
 
-        # the router's gating GEMM keeps its (bf16) input; the permutations keep only their row maps (Megatron-core
-        # applies the probabilities in the experts, so the unpermute merges none and saves no rows: moe_utils.py
-        # unpermute, Transformer Engine's moe_permute / moe_unpermute); the all-to-alls keep nothing
-        out += a * unsplit
+        # the router's gating GEMM keeps its (bf16) input, the MLP norm's output, unless the norm is recomputed
+        # (--recompute_modules layernorm: Megatron-core checkpoints pre_mlp_layernorm, a module of its own in an MoE
+        # layer, and discards its output); the permutations keep only their row maps (Megatron-core applies the
+        # probabilities in the experts, so the unpermute merges none and saves no rows: moe_utils.py unpermute,
+        # Transformer Engine's moe_permute / moe_unpermute); the all-to-alls keep nothing
+        if "layernorm" not in modules:
+            out += a * unsplit
         # the busiest EP rank's rows (routing skew, --moe_imbalance, capacity padding, the expert-TP gather)
         _sent, rows, probs = moe_activation_rows(job)
         ffn = m.moe_ffn_hidden_size // p.expert_tp
-        out += rows * (g * h + a * ffn * gate + g * ffn)     # experts' fc1, activation and fc2 inputs
+        # experts' fc1, activation and fc2 inputs; moe_act: the activation's output (fc2's input) is discarded and
+        # recomputed from its input in backward (TEGroupedMLP's CheckpointWithoutOutput)
+        out += rows * (g * h + a * ffn * gate + (0 if "moe_act" in modules else g * ffn))
         out += probs * tokens * m.num_experts / (tp if sp else 1) + 4 * rows  # router probabilities, permuted fp32
         if m.n_shared_experts:
             shared = m.moe_ffn_hidden_size * m.n_shared_experts // tp

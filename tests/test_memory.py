@@ -176,3 +176,22 @@ def test_moe_layer_keeps_its_experts_inputs_not_its_permutations():
     attention = 8192 + 12288 + 4096 + 512 + 4096 + 2048
     mlp = 2 * 2048 + 2048 + 2 * 2048 + 256 + 256 + 40960
     assert layer_activation_bytes(job, 0) == attention + mlp
+
+
+def test_moe_recompute_modules_drop_what_they_recompute():
+    """--recompute_modules moe_act drops the experts' fc2 inputs (64 rows x 128 x 2 B = 16,384) and layernorm the
+    router's input, the MLP norm's output (2 x 2048 = 4,096), from the tiny MoE layer above."""
+    moe = ModelConfig(name="tiny_moe", hidden_size=64, num_layers=2, num_attention_heads=4, ffn_hidden_size=256,
+                      vocab_size=256, max_position_embeddings=64, num_experts=4, moe_router_topk=2,
+                      moe_ffn_hidden_size=128)
+    parallel = ParallelConfig(world_size=2, tp=1, ep=2, micro_batch=1, global_batch=2)
+
+    def layer(*modules: str) -> float:
+        training = TrainingConfig(seq_length=32, transformer_impl="transformer_engine", recompute="selective",
+                                  recompute_modules=modules)
+        return layer_activation_bytes(JobConfig(moe, parallel, training), 0)
+
+    base = layer("core_attn")
+    assert base - layer("core_attn", "moe_act") == 64 * 128 * 2
+    assert base - layer("core_attn", "layernorm") == 2 * 2048
+    assert base - layer("core_attn", "moe_act", "layernorm") == 64 * 128 * 2 + 2 * 2048
