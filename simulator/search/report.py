@@ -79,8 +79,8 @@ def ties(rows: list[dict[str, Any]], error: float) -> str | None:
     where = "of its sweep point's best" if len(by_point) > 1 else "of the best"
     n = max(counts)
     return (f"{n} other layout{'s are' if n > 1 else ' is'} within {error * 100:.1f}% {where}, the model's mean error on its "
-            "validation suites (python -m simulator validate): treat them as ties and choose among them by memory, "
-            "cost or what the cluster allows")
+            "dense validation suites (python -m simulator validate; MoE jobs and Blackwell GPUs are off by more): treat "
+            "them as ties and choose among them by memory, cost or what the cluster allows")
 
 
 COLUMNS = (("tp", "TP"), ("cp", "CP"), ("pp", "PP"), ("dp", "DP"), ("ep", "EP"), ("vpp", "chunks"),

@@ -56,10 +56,11 @@ SKIP = ("output", "output_dir", "workload_only", "enable_visual", "pp_rank", "ep
 """Job flags the search does not take (the layout's own, and output ones)."""
 
 MODEL_ERROR = 0.036
-"""The model's mean |error| against published and measured runs, the largest of the three validation suites'
-(``python -m simulator validate``; README "Simulating with the topology": Korthikanti et al. 2.2%, Narayanan et al.
-3.4%, the H200 Megatron-core steps 3.6%; the largest single error 8.3%).  Layouts closer than this to the best are
-reported as ties: the ranking among them is inside what the model can tell apart."""
+"""The model's mean |error| against published and measured dense runs, the largest of the dense validation suites'
+(``python -m simulator validate``: Korthikanti et al. 2.2%, Narayanan et al. 3.3%, the H200 Megatron-core steps 3.6%,
+Megatron-Bridge's dense H100 recipes 1.3%; the largest single error 8.3%).  Layouts closer than this to the best are
+reported as ties: the ranking among them is inside what the model can tell apart.  MoE jobs and Blackwell GPUs are
+off by more (the ``moe`` and ``bridge_blackwell`` suites: 23-34% and 7-48% too fast), which the message says."""
 
 MAX_LAYOUTS = 200_000
 """Default ``--max_layouts``: planning takes about 0.1 ms per layout, so this is under a minute."""
