@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -118,16 +117,11 @@ def moe_spans_ms(result, layer: str = "layers.0") -> tuple[float, float]:
 def run_case(case: LayerCase, folder: str) -> dict:
     """Simulate ``case``'s job (the topology written into ``folder`` once); its row."""
     from simulator.cli import build_parser, simulate_args
-    from topo.gen import main as topo_main
+    from topo.gen import write_topology
 
     path = os.path.join(folder, "dgx_h100_8g.txt")
     if not os.path.exists(path):
-        with open(os.devnull, "w") as sink:
-            saved, sys.stdout = sys.stdout, sink
-            try:
-                topo_main([*TOPOLOGY, "-o", path])
-            finally:
-                sys.stdout = saved
+        write_topology([*TOPOLOGY, "-o", path])
     result, _source, _job = simulate_args(build_parser().parse_args([*case.flags, "-t", path]))
     fwd, bwd = moe_spans_ms(result)
     total, published = fwd + bwd, case.forward_ms + case.backward_ms

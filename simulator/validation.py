@@ -49,7 +49,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -693,7 +692,7 @@ FP8 casts, the host's work per expert)."""
 def run_case(case: Case, folder: str) -> dict:
     """Write the case's topology into ``folder`` and simulate the case's command; its row."""
     from simulator.cli import build_parser, simulate_args
-    from topo.gen import main as topo_main
+    from topo.gen import write_topology
 
     if not case.topology_flags:  # a single GPU: the derived fabric
         args = build_parser().parse_args(["--model", "topo", "-g_p_s", "1", *case.job_flags])
@@ -704,12 +703,7 @@ def run_case(case: Case, folder: str) -> dict:
                 **breakdown(result), "command": case.commands()}
     path = os.path.join(folder, case.topology_file)
     if not os.path.exists(path):
-        with open(os.devnull, "w") as sink:
-            saved, sys.stdout = sys.stdout, sink
-            try:
-                topo_main([*case.topology_flags, "-o", path])
-            finally:
-                sys.stdout = saved
+        write_topology([*case.topology_flags, "-o", path])
     args = build_parser().parse_args(case.simulator_argv(path))
     result, _source, _job = simulate_args(args)
     simulated = result.iteration_us / 1e6

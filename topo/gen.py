@@ -175,7 +175,16 @@ def generate(spec: FabricSpec, output: str | None = None, max_items: int | None 
     return path, layout
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def write_topology(argv: Sequence[str]) -> str:
+    """Write the topology topo.gen's flags ``argv`` describe and return its path, printing nothing but topo.gen's
+    warnings (for the commands that build topologies of their own, such as ``python -m simulator validate``)."""
+    path, layout, _spec, _server = _write(argv)
+    for warning in layout.warnings:
+        print(f"{PROG}: warning: {warning}", file=sys.stderr)
+    return path
+
+
+def _write(argv: Sequence[str] | None) -> tuple[str, Layout, FabricSpec, ServerSpec | None]:
     given = vars(build_parser().parse_args(argv))
     output = given.pop("output", None)
     max_items = given.pop("max_items", None)
@@ -188,6 +197,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     spec = resolve(given)
     server = resolve_server(inside, spec)
     path, layout = generate(spec, output, max_items, server)
+    return path, layout, spec, server
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    path, layout, spec, server = _write(argv)
     # messages go out only once the file exists, so an error leaves one line and nothing else
     for warning in layout.warnings:
         print(f"{PROG}: warning: {warning}", file=sys.stderr)
